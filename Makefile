@@ -1,0 +1,31 @@
+# The two commands of the README: `make run` and `make test`.
+SHELL := /bin/bash
+PY := .venv/bin/python
+PORT ?= 8000
+GPU_PORT ?= 8001
+STAMP := .venv/.installed-$(shell cat pyproject.toml scripts/install.sh 2>/dev/null | sha256sum | cut -c1-16)
+
+.PHONY: run test install lint typecheck pytest migrate clean
+
+$(STAMP): pyproject.toml scripts/install.sh
+	bash scripts/install.sh
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Serve the platform on embedded defaults (SQLite, in-memory layers) with the local models.
+run: install
+	PORT=$(PORT) GPU_PORT=$(GPU_PORT) bash scripts/run.sh
+
+## Lint, type-check and run the whole suite.
+test: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy .
+	bash scripts/test.sh
+
+lint:
+	$(PY) -m ruff check . && $(PY) -m ruff format --check .
+
+clean:
+	rm -rf .venv var

@@ -1,0 +1,144 @@
+"""Users, organizations (the tenants), memberships, projects and API keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, BaseUserManager, PermissionsMixin
+from django.db import models
+from django.utils import timezone
+
+
+class UserManager(BaseUserManager["User"]):
+    """Users log in with their e-mail address."""
+
+    use_in_migrations = True
+
+    def create_user(self, email: str, password: str | None = None, **extra: Any) -> User:
+        if not email:
+            raise ValueError("An e-mail address is required.")
+        user = self.model(email=self.normalize_email(email).lower(), **extra)
+        user.set_password(password)
+        user.save(using=self._db)
+        return user
+
+    def create_superuser(self, email: str, password: str | None = None, **extra: Any) -> User:
+        extra.update(is_staff=True, is_superuser=True, email_verified=True)
+        return self.create_user(email, password, **extra)
+
+
+class User(AbstractBaseUser, PermissionsMixin):
+    """A person: a customer in the dashboard or a staff member in the admin."""
+
+    email = models.EmailField(unique=True)
+    name = models.CharField(max_length=150, blank=True)
+    is_staff = models.BooleanField(default=False)
+    is_active = models.BooleanField(default=True)
+    email_verified = models.BooleanField(default=False)
+    date_joined = models.DateTimeField(default=timezone.now)
+
+    objects = UserManager()
+
+    USERNAME_FIELD = "email"
+    EMAIL_FIELD = "email"
+    REQUIRED_FIELDS: list[str] = []
+
+    def __str__(self) -> str:
+        return self.email
+
+
+class Organization(models.Model):
+    """The tenant. It owns the wallet (billing), its projects and their keys."""
+
+    name = models.CharField(max_length=150)
+    slug = models.SlugField(max_length=64, unique=True)
+    log_prompts = models.BooleanField(
+        default=False, help_text="Store prompt text in the request log (off unless opted in)."
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Role(models.TextChoices):
+    OWNER = "owner", "Owner"
+    ADMIN = "admin", "Admin"
+    MEMBER = "member", "Member"
+    BILLING = "billing", "Billing"
+
+
+class Membership(models.Model):
+    """A user's role in one organization."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="memberships")
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "organization"], name="uniq_membership")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.organization} ({self.role})"
+
+
+class Project(models.Model):
+    """A unit of work inside an organization; keys belong to a project."""
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="projects"
+    )
+    name = models.CharField(max_length=100)
+    monthly_budget_nanos = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Spending cap per calendar month in nano-USD; empty = none.",
+    )
+    archived_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "name"], name="uniq_project_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.organization.slug}/{self.name}"
+
+
+class ApiKey(models.Model):
+    """A project key. Only a keyed hash and the last four characters are stored."""
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="api_keys"
+    )
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=12, help_text="The first characters, for display.")
+    last_four = models.CharField(max_length=4)
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    requests_per_minute = models.PositiveIntegerField(default=600)
+    tokens_per_minute = models.PositiveIntegerField(default=1_000_000)
+
+    class Meta:
+        indexes = [models.Index(fields=["organization", "created_at"])]
+
+    def __str__(self) -> str:
+        return self.display
+
+    @property
+    def display(self) -> str:
+        """What the UI and admin show of a key: ``ifr_abcd…wxyz``."""
+        return f"{self.prefix}…{self.last_four}"

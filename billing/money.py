@@ -1,0 +1,29 @@
+"""Conversions at the edges of money. Inside the platform money is integer nano-USD."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+NANOS_PER_USD = 1_000_000_000
+NANOS_PER_CENT = 10_000_000
+
+
+def usd_to_nanos(amount: Decimal) -> int:
+    """Exact USD decimal → nano-USD; raises ValueError if it has more than 9 decimals."""
+    nanos = amount * NANOS_PER_USD
+    if nanos != nanos.to_integral_value():
+        raise ValueError(f"{amount} USD is not a whole number of nano-USD")
+    return int(nanos)
+
+
+def nanos_to_usd_str(nanos: int) -> str:
+    """Exact decimal rendering of ``nanos`` in USD, trailing zeros trimmed (``"0.000123"``)."""
+    sign = "-" if nanos < 0 else ""
+    whole, frac = divmod(abs(nanos), NANOS_PER_USD)
+    frac_s = f"{frac:09d}".rstrip("0")
+    return f"{sign}{whole}.{frac_s}" if frac_s else f"{sign}{whole}"
+
+
+def cents_to_nanos(cents: int) -> int:
+    """Stripe's integer cents → nano-USD."""
+    return cents * NANOS_PER_CENT

@@ -1,0 +1,40 @@
+"""ASGI entry point: `/v1` to the lean API consumer, websockets to Channels, the rest to Django."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+django_asgi_app = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+import inference.endpoints  # noqa: E402, F401  (registers the /v1 routes)
+from dashboard.routing import websocket_urlpatterns  # noqa: E402
+from inference.http import V1Consumer  # noqa: E402
+
+v1_app = V1Consumer.as_asgi()
+
+
+async def http_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Send ``/v1`` and ``/v1/...`` to :class:`V1Consumer`; everything else to Django."""
+    path: str = scope["path"]
+    if path == "/v1" or path.startswith("/v1/"):
+        await v1_app(scope, receive, send)
+    else:
+        await django_asgi_app(scope, receive, send)
+
+
+application = ProtocolTypeRouter(
+    {
+        "http": http_app,
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)

@@ -1,0 +1,17 @@
+"""Django URLs (``/v1`` is not here: :mod:`config.asgi` sends it to the API consumer)."""
+
+from django.contrib import admin
+from django.http import HttpRequest, JsonResponse
+from django.urls import include, path
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness of the web process."""
+    return JsonResponse({"status": "ok"})
+
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("healthz", healthz),
+    path("", include("dashboard.urls")),
+]

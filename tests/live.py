@@ -1,0 +1,62 @@
+"""A real ASGI server (daphne) for end-to-end tests, running the app in a background thread.
+
+The server shares the test process's settings, database (tests must use ``transactional_db``
+so their rows are committed and visible to the server's connections) and cache.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+
+
+def free_port() -> int:
+    """A TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, *, seconds: float = 30.0) -> None:
+    """Poll ``url`` until it answers (any status) or raise after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@contextmanager
+def daphne_server() -> Iterator[str]:
+    """Serve ``config.asgi:application`` with daphne on a free port; yields the base URL."""
+    from daphne.server import Server  # imported late: it installs the asyncio reactor
+
+    from config.asgi import application
+
+    port = free_port()
+    server = Server(
+        application,
+        endpoints=[f"tcp:port={port}:interface=127.0.0.1"],
+        signal_handlers=False,
+        verbosity=0,
+    )
+    thread = threading.Thread(target=server.run, name="daphne", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/healthz")
+    try:
+        yield url
+    finally:
+        from twisted.internet import reactor
+
+        reactor.callFromThread(reactor.stop)  # type: ignore[attr-defined]
+        thread.join(timeout=10)
