@@ -1,6 +1,12 @@
-"""The Celery application (worker and beat: ``celery -A config worker`` / ``beat``)."""
+"""The Celery application (worker and beat: ``celery -A config worker`` / ``beat``).
+
+Each app declares its periodic tasks as ``BEAT_SCHEDULE`` in its ``tasks`` module; they are
+merged here, so beat (one per deployment) runs each exactly once per period.
+"""
 
 import os
+from importlib import import_module
+from typing import Any
 
 from celery import Celery
 
@@ -9,3 +15,15 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 app = Celery("infrai")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+SCHEDULE_MODULES = ("catalog.tasks", "billing.tasks", "inference.tasks")
+
+
+@app.on_after_finalize.connect
+def _merge_beat_schedules(sender: Celery, **kwargs: Any) -> None:
+    for name in SCHEDULE_MODULES:
+        try:
+            module = import_module(name)
+        except ModuleNotFoundError:
+            continue
+        sender.conf.beat_schedule.update(getattr(module, "BEAT_SCHEDULE", {}))

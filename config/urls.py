@@ -13,5 +13,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz),
+    path("billing/", include("billing.urls")),
     path("", include("dashboard.urls")),
 ]
