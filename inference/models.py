@@ -1,0 +1,55 @@
+"""The request log: one row per ``/v1`` call, written off the hot path."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class RequestStatus(models.TextChoices):
+    OK = "ok", "OK"
+    CLIENT_ERROR = "client_error", "Client error"
+    VENDOR_ERROR = "vendor_error", "Vendor error"
+    CANCELLED = "cancelled", "Client disconnected"
+
+
+class RequestLog(models.Model):
+    """One call. Tenant references are plain ids (no FK) so the writer never waits on locks
+    and rows survive key deletion; the dashboard filters by ``organization_id`` first."""
+
+    request_id = models.CharField(max_length=40, unique=True)
+    organization_id = models.BigIntegerField()
+    project_id = models.BigIntegerField(null=True)
+    api_key_id = models.BigIntegerField(null=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    endpoint = models.CharField(max_length=40)
+    requested_model = models.CharField(max_length=120, blank=True)
+    model = models.CharField(max_length=120, blank=True)
+    vendor = models.CharField(max_length=64, blank=True)
+    region = models.CharField(max_length=32, blank=True)
+    status = models.CharField(max_length=16, choices=RequestStatus.choices)
+    http_status = models.PositiveSmallIntegerField()
+    error_code = models.CharField(max_length=64, blank=True)
+    input_tokens = models.IntegerField(default=0)
+    cached_input_tokens = models.IntegerField(default=0)
+    output_tokens = models.IntegerField(default=0)
+    usage_estimated = models.BooleanField(default=False)
+    cost_nanos = models.BigIntegerField(default=0)
+    latency_ms = models.IntegerField(default=0)
+    ttft_ms = models.IntegerField(null=True)
+    stream = models.BooleanField(default=False)
+    cache_hit = models.BooleanField(default=False)
+    failovers = models.SmallIntegerField(default=0)
+    routing = models.JSONField(default=dict, blank=True)
+    ignored_params = models.JSONField(default=list, blank=True)
+    prompt = models.TextField(blank=True, help_text="Only when the organization opted in.")
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["organization_id", "-created_at"]),
+            models.Index(fields=["organization_id", "model", "-created_at"]),
+            models.Index(fields=["organization_id", "project_id", "-created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return self.request_id
