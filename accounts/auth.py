@@ -13,7 +13,6 @@ import asyncio
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
@@ -21,6 +20,7 @@ from django.utils import timezone
 from accounts import keys
 from accounts.models import ApiKey
 from accounts.services import KEY_CACHE_PREFIX
+from config.db import db_async
 from config.errors import AuthenticationFailed
 
 _USED_PREFIX = "apikey-used:"
@@ -61,14 +61,14 @@ def _context_from_db(key_hash: str) -> KeyContext | None:
     )
 
 
-_context_from_db_async = sync_to_async(_context_from_db, thread_sensitive=False)
+_context_from_db_async = db_async(_context_from_db)
 
 
 def _touch_last_used(key_id: int, now: datetime) -> None:
     ApiKey.objects.filter(pk=key_id).update(last_used_at=now)
 
 
-_touch_last_used_async = sync_to_async(_touch_last_used, thread_sensitive=False)
+_touch_last_used_async = db_async(_touch_last_used)
 
 
 def bearer_token(authorization: str | None) -> str:

@@ -1,6 +1,7 @@
 """Django URLs (``/v1`` is not here: :mod:`config.asgi` sends it to the API consumer)."""
 
 from django.contrib import admin
+from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 
@@ -16,3 +17,6 @@ urlpatterns = [
     path("billing/", include("billing.urls")),
     path("", include("dashboard.urls")),
 ]
+
+# Admin and dashboard assets under `make run` (DEBUG only; production serves them elsewhere).
+urlpatterns += staticfiles_urlpatterns()

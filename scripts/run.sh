@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# `make run`: embedded defaults (SQLite, in-memory layers, eager Celery), the gpu-backend with the
+# local models beside daphne, in the foreground until Ctrl-C.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PORT="${PORT:-8000}"
+GPU_PORT="${GPU_PORT:-8001}"
+export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-config.settings.local}"
+export INFRAI_GPU_BACKEND_URL="${INFRAI_GPU_BACKEND_URL:-http://127.0.0.1:${GPU_PORT}/v1}"
+export INFRAI_PUBLIC_BASE_URL="${INFRAI_PUBLIC_BASE_URL:-http://127.0.0.1:${PORT}/v1}"
+export ORT_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+PY=.venv/bin/python
+mkdir -p var
+
+$PY manage.py migrate --noinput -v 0
+$PY manage.py bootstrap
+
+$PY manage.py gpu_backend --host 127.0.0.1 --port "$GPU_PORT" &
+GPU_PID=$!
+trap 'kill "$GPU_PID" 2>/dev/null || true' EXIT INT TERM
+# Mark the local models routable as soon as the backend reports them ready.
+( $PY manage.py catalog probe --wait 300 >/dev/null 2>&1 || true ) &
+
+echo "serving on http://127.0.0.1:${PORT} (Ctrl-C stops)"
+.venv/bin/daphne -b 127.0.0.1 -p "$PORT" config.asgi:application
