@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,3 +24,152 @@ class PriceSnapshot:
     per_image_nanos: Mapping[str, int] = field(default_factory=dict)
     per_mchar_nanos: int = 0
     per_audio_second_nanos: int = 0
+
+
+class Support(StrEnum):
+    """What a model does with a request parameter (mirrors ``catalog.models.Support``)."""
+
+    HONOURED = "honoured"
+    NO_EFFECT = "no_effect"
+    FAILS = "fails"
+
+
+class CircuitState(StrEnum):
+    """A vendor's circuit breaker (see :mod:`catalog.health`)."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+@dataclass(frozen=True, slots=True)
+class ParamRule:
+    """One cell of the parameter matrix.
+
+    ``accepted_values``: when not empty, a value outside it *fails*; a ``FAILS`` rule whose
+    accepted values contain the request's value accepts it (the value is then honoured as is).
+    """
+
+    parameter: str
+    support: Support
+    accepted_values: tuple[Any, ...] = ()
+
+    def effect(self, value: Any) -> Support:
+        """What happens when a request sets this parameter to ``value``."""
+        if self.accepted_values:
+            if not any(_same_value(value, ok) for ok in self.accepted_values):
+                return Support.FAILS
+            if self.support is Support.FAILS:
+                return Support.HONOURED
+        return self.support
+
+
+def _same_value(value: Any, accepted: Any) -> bool:
+    if isinstance(value, bool) or isinstance(accepted, bool):
+        return value is accepted
+    return bool(value == accepted)
+
+
+@dataclass(frozen=True, slots=True)
+class VendorHealth:
+    """A vendor's circuit state and recent latency (``None``: no measurement yet)."""
+
+    state: CircuitState = CircuitState.CLOSED
+    latency_ms: int | None = None
+    consecutive_failures: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class VendorView:
+    """A vendor as the routing snapshot knows it (credentials resolved to configured/not)."""
+
+    name: str
+    adapter_kind: str
+    base_url: str
+    credentials_env: str
+    credentials_configured: bool
+    region: str
+    enabled: bool
+    verified_models: frozenset[str]
+    verified_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelView:
+    """A model as the routing snapshot knows it. ``rules`` omits honoured-by-default cells."""
+
+    model_id: str
+    display_name: str
+    owned_by: str
+    created: int  # unix seconds, OpenAI's ``created``
+    capabilities: frozenset[str]
+    tasks: frozenset[str]
+    context_window: int
+    max_output_tokens: int
+    quality_tier: int
+    embedding_dimensions: int | None
+    rules: Mapping[str, ParamRule]
+
+    def rule(self, parameter: str) -> ParamRule:
+        """The matrix cell for ``parameter`` (honoured when the matrix has none)."""
+        return self.rules.get(parameter) or ParamRule(parameter, Support.HONOURED)
+
+
+@dataclass(frozen=True, slots=True)
+class OfferingView:
+    """An offering with its price history (oldest first) and whether it can be routed to.
+
+    ``unroutable_reason`` is ``None`` for a routable offering, else a sentence for humans
+    (vendor disabled, credentials not configured, upstream model not verified …). Circuit
+    health is not part of it: that changes per call and is passed to routing separately.
+    """
+
+    offering_id: int
+    model_id: str
+    vendor: str
+    adapter_kind: str
+    base_url: str
+    credentials_env: str
+    region: str
+    upstream_model: str
+    priority: int
+    prices: tuple[tuple[datetime, PriceSnapshot], ...]
+    unroutable_reason: str | None
+
+    @property
+    def routable(self) -> bool:
+        return self.unroutable_reason is None
+
+    def price_at(self, moment: datetime) -> PriceSnapshot | None:
+        """The price in force at ``moment`` (the latest row whose ``effective_from`` ≤ it)."""
+        current: PriceSnapshot | None = None
+        for effective_from, price in self.prices:
+            if effective_from <= moment:
+                current = price
+        return current
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogSnapshot:
+    """The whole catalog, immutable, as the ``/v1`` hot path reads it (no DB per call)."""
+
+    version: str
+    built_at: datetime
+    vendors: Mapping[str, VendorView]
+    models: Mapping[str, ModelView]
+    offerings: tuple[OfferingView, ...]
+
+    def offerings_of(self, model_id: str) -> tuple[OfferingView, ...]:
+        """Every offering of ``model_id`` (routable or not), in priority order."""
+        return tuple(o for o in self.offerings if o.model_id == model_id)
+
+    def find_model(self, model_id: str) -> ModelView | None:
+        """The model named ``model_id`` (exact, else case-insensitive), or ``None``."""
+        found = self.models.get(model_id)
+        if found is not None:
+            return found
+        folded = model_id.casefold()
+        for candidate in self.models.values():
+            if candidate.model_id.casefold() == folded:
+                return candidate
+        return None

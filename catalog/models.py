@@ -1,0 +1,194 @@
+"""The catalog: vendors, models, offerings (a model as one vendor serves it), prices and the
+parameter matrix.
+
+Writes go through :mod:`catalog.services` (which bump the catalog version so every process
+rebuilds its routing snapshot); reads for the hot path go through :mod:`catalog.selectors`.
+Money is integer nano-USD (1e-9 USD) in ``BigIntegerField``s.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class AdapterKind(models.TextChoices):
+    """The wire format a vendor speaks (one adapter module in ``inference/vendors/`` each)."""
+
+    OPENAI = "openai", "OpenAI-compatible"
+    ANTHROPIC = "anthropic", "Anthropic Messages"
+
+
+class Capability(models.TextChoices):
+    """What a model can do; a request needs a set of these (see :mod:`catalog.routing`)."""
+
+    CHAT = "chat", "Chat"
+    VISION = "vision", "Vision (image input)"
+    TOOLS = "tools", "Tool calling"
+    JSON_MODE = "json_mode", "JSON mode / structured output"
+    EMBEDDINGS = "embeddings", "Embeddings"
+    IMAGES = "images", "Image generation"
+    SPEECH = "speech", "Text to speech"
+    TRANSCRIPTION = "transcription", "Speech to text"
+    MODERATION = "moderation", "Moderation"
+    RESPONSES = "responses", "Responses API"
+
+
+class Parameter(models.TextChoices):
+    """The request parameters the matrix covers (columns of the matrix editor)."""
+
+    N = "n", "n"
+    LOGPROBS = "logprobs", "logprobs"
+    TOP_LOGPROBS = "top_logprobs", "top_logprobs"
+    LOGIT_BIAS = "logit_bias", "logit_bias"
+    SEED = "seed", "seed"
+    REPETITION_PENALTY = "repetition_penalty", "repetition_penalty"
+    TOP_K = "top_k", "top_k"
+    TOOLS = "tools", "tools"
+    RESPONSE_FORMAT = "response_format", "response_format"
+    STOP = "stop", "stop"
+    TEMPERATURE = "temperature", "temperature"
+    TOP_P = "top_p", "top_p"
+    PRESENCE_PENALTY = "presence_penalty", "presence_penalty"
+    FREQUENCY_PENALTY = "frequency_penalty", "frequency_penalty"
+
+
+class Support(models.TextChoices):
+    """What a model does with a parameter. A missing matrix cell means *honoured*."""
+
+    HONOURED = "honoured", "honoured"
+    NO_EFFECT = "no_effect", "no effect"
+    FAILS = "fails", "fails"
+
+
+class Vendor(models.Model):
+    """Someone who serves models over HTTP (a company's API, or our own gpu-backend).
+
+    ``credentials_env`` is the *name* of a setting / environment variable holding the API key
+    (``OPENAI_API_KEY``), read at call time — never the secret. Empty: no credentials needed.
+    ``base_url_setting`` optionally names a setting whose value overrides ``base_url`` (the
+    gpu-backend's ``INFRAI_GPU_BACKEND_URL``). ``verified_models`` are the upstream model ids the
+    vendor's own ``/models`` listed at the last successful probe; an offering is routable only
+    when its upstream model is among them.
+    """
+
+    name = models.SlugField(max_length=64, unique=True)
+    display_name = models.CharField(max_length=128, blank=True)
+    adapter_kind = models.CharField(max_length=16, choices=AdapterKind.choices)
+    base_url = models.URLField(max_length=300)
+    base_url_setting = models.CharField(max_length=64, blank=True)
+    credentials_env = models.CharField(max_length=64, blank=True)
+    region = models.CharField(max_length=64, blank=True)
+    enabled = models.BooleanField(default=True)
+    verified_models = models.JSONField(default=list, blank=True)
+    verified_at = models.DateTimeField(null=True, blank=True)
+    last_probe_error = models.TextField(blank=True)
+    notes = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Model(models.Model):
+    """A model as customers name it (``model_id``: what they type in the ``model`` field).
+
+    ``quality_tier`` (1 = smallest … 10 = flagship) ranks ``smartest`` and weighs ``auto``;
+    ``tasks`` are tags (``coding``, ``reasoning`` …) that ``extra_body.task`` narrows to.
+    """
+
+    model_id = models.CharField(max_length=128, unique=True)
+    display_name = models.CharField(max_length=128, blank=True)
+    owned_by = models.CharField(max_length=64)
+    description = models.TextField(blank=True)
+    capabilities = models.JSONField(default=list, blank=True)
+    tasks = models.JSONField(default=list, blank=True)
+    context_window = models.PositiveIntegerField(default=0)
+    max_output_tokens = models.PositiveIntegerField(default=0)
+    embedding_dimensions = models.PositiveIntegerField(null=True, blank=True)
+    quality_tier = models.PositiveSmallIntegerField(default=5)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ("model_id",)
+
+    def __str__(self) -> str:
+        return self.model_id
+
+
+class Offering(models.Model):
+    """``model`` as ``vendor`` serves it under ``upstream_model``.
+
+    ``priority``: lower is tried first among offerings of one pinned model.
+    """
+
+    model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="offerings")
+    vendor = models.ForeignKey(Vendor, on_delete=models.CASCADE, related_name="offerings")
+    upstream_model = models.CharField(max_length=200)
+    priority = models.IntegerField(default=100)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ("model__model_id", "priority", "vendor__name")
+        constraints = [
+            models.UniqueConstraint(fields=("vendor", "model"), name="offering_vendor_model_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.vendor.name}/{self.model.model_id}"
+
+
+class Price(models.Model):
+    """The prices of an offering from ``effective_from`` on, until the next row's.
+
+    A price change is a new row, never an edit, so the price of any past call can be found.
+    Integer nano-USD: per 1M input / cached input / output tokens, per image keyed
+    ``"<size>/<quality>"`` (``"*"`` = any other), per 1M characters of speech, per second of audio.
+    """
+
+    offering = models.ForeignKey(Offering, on_delete=models.CASCADE, related_name="prices")
+    effective_from = models.DateTimeField(default=timezone.now)
+    input_per_mtok_nanos = models.BigIntegerField(default=0)
+    cached_input_per_mtok_nanos = models.BigIntegerField(default=0)
+    output_per_mtok_nanos = models.BigIntegerField(default=0)
+    per_image_nanos = models.JSONField(default=dict, blank=True)
+    per_mchar_nanos = models.BigIntegerField(default=0)
+    per_audio_second_nanos = models.BigIntegerField(default=0)
+    source = models.CharField(max_length=300, help_text="Where the price comes from (URL, note).")
+
+    class Meta:
+        ordering = ("offering_id", "-effective_from")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("offering", "effective_from"), name="price_offering_from_uniq"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"price of {self.offering_id} from {self.effective_from:%Y-%m-%d %H:%M}"
+
+
+class ParameterRule(models.Model):
+    """One cell of the parameter matrix.
+
+    ``accepted_values`` (a JSON list): when not empty, the request value must be one of them or
+    the parameter *fails*; a ``fails`` cell with accepted values accepts exactly those
+    (MiniMax-M3's ``repetition_penalty`` at 1.0).
+    """
+
+    model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="parameter_rules")
+    parameter = models.CharField(max_length=32, choices=Parameter.choices)
+    support = models.CharField(max_length=16, choices=Support.choices)
+    accepted_values = models.JSONField(default=list, blank=True)
+    note = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ("model__model_id", "parameter")
+        constraints = [
+            models.UniqueConstraint(fields=("model", "parameter"), name="rule_model_param_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model.model_id}.{self.parameter}={self.support}"

@@ -1,0 +1,299 @@
+"""Reads of the catalog.
+
+The ``/v1`` hot path never queries the catalog tables per call: :func:`catalog_snapshot` keeps
+an immutable :class:`~catalog.types.CatalogSnapshot` per process and rebuilds it when the
+catalog version in the shared cache changes (every write through :mod:`catalog.services`, the
+admin and ``catalog load`` bump it). The version is checked at most every
+``INFRAI_CATALOG_CHECK_S`` seconds (default 1) and a snapshot is rebuilt anyway after
+``INFRAI_CATALOG_MAX_AGE_S`` (default 60) so credentials set in the environment are noticed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.cache import cache
+from django.utils import timezone
+
+from catalog import health
+from catalog.models import Model, Offering, ParameterRule, Price, Vendor
+from catalog.routing import RoutingDecision, RoutingRequest, decide_route
+from catalog.types import (
+    CatalogSnapshot,
+    ModelView,
+    OfferingView,
+    ParamRule,
+    PriceSnapshot,
+    Support,
+    VendorHealth,
+    VendorView,
+)
+
+VERSION_KEY = "catalog:version"
+_VERSION_TTL_S = None  # forever
+
+
+def credentials_configured(env_name: str) -> bool:
+    """Whether the credentials named ``env_name`` are set (a setting, else an env variable).
+
+    An empty name means the vendor needs no credentials.
+    """
+    if not env_name:
+        return True
+    return bool(getattr(settings, env_name, None) or os.environ.get(env_name))
+
+
+def credentials_value(env_name: str) -> str:
+    """The secret named ``env_name`` at call time ('' when none is needed or it is unset)."""
+    if not env_name:
+        return ""
+    return str(getattr(settings, env_name, None) or os.environ.get(env_name) or "")
+
+
+def vendor_base_url(vendor: Vendor) -> str:
+    """``vendor.base_url``, or the value of the setting named by ``base_url_setting``."""
+    if vendor.base_url_setting:
+        override = getattr(settings, vendor.base_url_setting, None)
+        if override:
+            return str(override).rstrip("/")
+    return vendor.base_url.rstrip("/")
+
+
+def price_snapshot(price: Price) -> PriceSnapshot:
+    """The value type of one price row."""
+    return PriceSnapshot(
+        price_id=price.pk,
+        input_per_mtok_nanos=price.input_per_mtok_nanos,
+        cached_input_per_mtok_nanos=price.cached_input_per_mtok_nanos,
+        output_per_mtok_nanos=price.output_per_mtok_nanos,
+        per_image_nanos={str(k): int(v) for k, v in (price.per_image_nanos or {}).items()},
+        per_mchar_nanos=price.per_mchar_nanos,
+        per_audio_second_nanos=price.per_audio_second_nanos,
+    )
+
+
+def price_in_force(*, offering_id: int, at: datetime) -> PriceSnapshot | None:
+    """The price of ``offering_id`` in force at ``at`` (latest ``effective_from`` ≤ ``at``)."""
+    row = (
+        Price.objects.filter(offering_id=offering_id, effective_from__lte=at)
+        .order_by("-effective_from")
+        .first()
+    )
+    return price_snapshot(row) if row is not None else None
+
+
+def _unroutable_reason(offering: Offering, vendor: VendorView) -> str | None:
+    if not offering.enabled:
+        return "offering disabled"
+    if not vendor.enabled:
+        return f"vendor {vendor.name} disabled"
+    if not vendor.credentials_configured:
+        return f"vendor {vendor.name} credentials not configured (set {vendor.credentials_env})"
+    if vendor.verified_at is None:
+        return f"vendor {vendor.name} not verified (no successful probe of its /models yet)"
+    if offering.upstream_model not in vendor.verified_models:
+        return f"vendor {vendor.name} does not list {offering.upstream_model} in its /models"
+    return None
+
+
+def _vendor_view(vendor: Vendor) -> VendorView:
+    return VendorView(
+        name=vendor.name,
+        adapter_kind=vendor.adapter_kind,
+        base_url=vendor_base_url(vendor),
+        credentials_env=vendor.credentials_env,
+        credentials_configured=credentials_configured(vendor.credentials_env),
+        region=vendor.region,
+        enabled=vendor.enabled,
+        verified_models=frozenset(str(m) for m in vendor.verified_models or ()),
+        verified_at=vendor.verified_at,
+    )
+
+
+def _model_view(model: Model, rules: list[ParameterRule]) -> ModelView:
+    return ModelView(
+        model_id=model.model_id,
+        display_name=model.display_name or model.model_id,
+        owned_by=model.owned_by,
+        created=int(model.created_at.timestamp()),
+        capabilities=frozenset(model.capabilities or ()),
+        tasks=frozenset(model.tasks or ()),
+        context_window=model.context_window,
+        max_output_tokens=model.max_output_tokens,
+        quality_tier=model.quality_tier,
+        embedding_dimensions=model.embedding_dimensions,
+        rules={
+            r.parameter: ParamRule(r.parameter, Support(r.support), tuple(r.accepted_values or ()))
+            for r in rules
+            if r.support != Support.HONOURED or r.accepted_values
+        },
+    )
+
+
+def build_snapshot(*, version: str = "") -> CatalogSnapshot:
+    """Read the whole catalog into an immutable snapshot (four queries)."""
+    vendors = {v.name: _vendor_view(v) for v in Vendor.objects.all()}
+    rules_by_model: dict[int, list[ParameterRule]] = defaultdict(list)
+    for rule in ParameterRule.objects.all():
+        rules_by_model[rule.model_id].append(rule)
+    models = {m.model_id: _model_view(m, rules_by_model[m.pk]) for m in Model.objects.all()}
+    prices_by_offering: dict[int, list[tuple[datetime, PriceSnapshot]]] = defaultdict(list)
+    for price in Price.objects.order_by("offering_id", "effective_from"):
+        prices_by_offering[price.offering_id].append((price.effective_from, price_snapshot(price)))
+    offerings = []
+    for offering in Offering.objects.select_related("vendor", "model").order_by(
+        "model__model_id", "priority", "vendor__name"
+    ):
+        vendor = vendors[offering.vendor.name]
+        offerings.append(
+            OfferingView(
+                offering_id=offering.pk,
+                model_id=offering.model.model_id,
+                vendor=vendor.name,
+                adapter_kind=vendor.adapter_kind,
+                base_url=vendor.base_url,
+                credentials_env=vendor.credentials_env,
+                region=vendor.region,
+                upstream_model=offering.upstream_model,
+                priority=offering.priority,
+                prices=tuple(prices_by_offering[offering.pk]),
+                unroutable_reason=_unroutable_reason(offering, vendor),
+            )
+        )
+    return CatalogSnapshot(
+        version=version,
+        built_at=timezone.now(),
+        vendors=vendors,
+        models=models,
+        offerings=tuple(offerings),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    snapshot: CatalogSnapshot
+    checked_at: float  # time.monotonic()
+    built_at: float
+
+
+_held: _Held | None = None
+
+
+def catalog_snapshot_forget() -> None:
+    """Drop this process's snapshot; the next :func:`catalog_snapshot` rebuilds it."""
+    global _held
+    _held = None
+
+
+def _check_interval_s() -> float:
+    return float(getattr(settings, "INFRAI_CATALOG_CHECK_S", 1.0))
+
+
+def _max_age_s() -> float:
+    return float(getattr(settings, "INFRAI_CATALOG_MAX_AGE_S", 60.0))
+
+
+def catalog_version() -> str:
+    """The catalog version in the shared cache (created when the cache has none)."""
+    version = cache.get(VERSION_KEY)
+    if version is None:
+        cache.add(VERSION_KEY, uuid.uuid4().hex, _VERSION_TTL_S)
+        version = cache.get(VERSION_KEY)
+    return str(version)
+
+
+async def _acatalog_version() -> str:
+    version = await cache.aget(VERSION_KEY)
+    if version is None:
+        await cache.aadd(VERSION_KEY, uuid.uuid4().hex, _VERSION_TTL_S)
+        version = await cache.aget(VERSION_KEY)
+    return str(version)
+
+
+_build_snapshot_async = sync_to_async(build_snapshot, thread_sensitive=False)
+
+
+async def catalog_snapshot() -> CatalogSnapshot:
+    """This process's catalog snapshot, current within ``INFRAI_CATALOG_CHECK_S`` seconds.
+
+    Costs nothing most calls, one cache GET once a second, four queries after a change.
+    """
+    global _held
+    held = _held
+    now = time.monotonic()
+    if held is not None and now - held.checked_at < _check_interval_s():
+        return held.snapshot
+    version = await _acatalog_version()
+    if held is not None and held.snapshot.version == version and now - held.built_at < _max_age_s():
+        _held = _Held(held.snapshot, now, held.built_at)
+        return held.snapshot
+    snapshot = await _build_snapshot_async(version=version)
+    built = time.monotonic()
+    _held = _Held(snapshot, built, built)
+    return snapshot
+
+
+def catalog_snapshot_sync() -> CatalogSnapshot:
+    """A freshly built snapshot, for sync callers (admin, commands, tests)."""
+    return build_snapshot(version=catalog_version())
+
+
+async def routing_decide(
+    *, request: RoutingRequest, now: datetime | None = None
+) -> RoutingDecision:
+    """The routing decision for ``request`` over the current snapshot and vendor health.
+
+    The one call the ``/v1`` handlers make; raises the refusals of
+    :func:`catalog.routing.decide_route`.
+    """
+    snapshot = await catalog_snapshot()
+    vendor_health = await health.ahealth_of(snapshot.vendors)
+    return decide_route(
+        snapshot=snapshot, request=request, health=vendor_health, now=now or timezone.now()
+    )
+
+
+def routable_offerings(snapshot: CatalogSnapshot, model_id: str) -> tuple[OfferingView, ...]:
+    """The offerings of ``model_id`` that can be routed to (circuit state aside)."""
+    return tuple(o for o in snapshot.offerings_of(model_id) if o.routable)
+
+
+def listed_models(snapshot: CatalogSnapshot) -> list[ModelView]:
+    """The models at least one routable offering serves, by id (what ``/v1/models`` lists)."""
+    return [
+        m
+        for m in sorted(snapshot.models.values(), key=lambda m: m.model_id)
+        if routable_offerings(snapshot, m.model_id)
+    ]
+
+
+def models_matching(
+    snapshot: CatalogSnapshot,
+    *,
+    capability: str | None = None,
+    vendor: str | None = None,
+    task: str | None = None,
+) -> list[ModelView]:
+    """Every catalog model (available or not) with the capability / vendor / task, by id."""
+    out = []
+    for model in sorted(snapshot.models.values(), key=lambda m: m.model_id):
+        if capability and capability not in model.capabilities:
+            continue
+        if task and task not in model.tasks:
+            continue
+        if vendor and not any(o.vendor == vendor for o in snapshot.offerings_of(model.model_id)):
+            continue
+        out.append(model)
+    return out
+
+
+def vendor_health_all(snapshot: CatalogSnapshot) -> dict[str, VendorHealth]:
+    """Health of every vendor in ``snapshot`` (sync; admin and commands)."""
+    return health.health_of(snapshot.vendors)
