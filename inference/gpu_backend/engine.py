@@ -1,0 +1,368 @@
+"""Continuous batching for chat generation.
+
+One engine thread owns the model. Sequences join the running batch as soon as their prompt is
+prefilled and leave it the moment they finish, so a new request never waits for others to end.
+Each decode step is a single forward pass over every active sequence: their key/value caches are
+left-padded to a common length and an attention mask hides the padding; position ids are
+per-sequence, so a batched sequence computes exactly what it would compute alone.
+
+Events go to each sequence's ``sink`` from the engine thread: ``Delta`` for text as it becomes
+final and one ``Finished`` at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from transformers.cache_utils import DynamicCache
+
+from .chat_model import ChatModel
+from .sampling import SamplingParams, TokenChoice, choose_token, make_generator
+from .textstream import IncrementalDetokenizer, StopMatcher
+
+log = logging.getLogger("infrai.gpu_backend.engine")
+
+
+@dataclass(frozen=True)
+class TopLogprob:
+    """One alternative token in OpenAI's ``top_logprobs``."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """OpenAI's per-token logprob entry (``choices[].logprobs.content[]``)."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[TopLogprob]
+
+
+@dataclass(frozen=True)
+class Delta:
+    """Text that is final (never retracted), with the logprobs of the tokens that made it."""
+
+    text: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The end of a sequence. ``reason``: ``stop``, ``length``, ``cancelled`` or ``error``."""
+
+    reason: str
+    completion_tokens: int
+    error: str | None = None
+
+
+Event = Delta | Finished
+
+
+class Sequence:
+    """One choice being generated: its prompt, decoding parameters, progress and event sink.
+
+    ``cancel()`` may be called from any thread; the engine drops the sequence before its next
+    step. ``completion_tokens`` counts every token the model sampled for it, including the
+    end-of-turn token when generation ended on one.
+    """
+
+    def __init__(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        sink: Callable[[Event], None],
+        decoder: IncrementalDetokenizer,
+    ) -> None:
+        self.prompt_ids = prompt_ids
+        self.params = params
+        self.sink = sink
+        self.out_ids: list[int] = []
+        self.generator = make_generator(params.seed)
+        self._detok = decoder
+        self._stopper = StopMatcher(params.stop)
+        self._pending_logprobs: list[TokenLogprob] = []
+        self._seen: torch.Tensor | None = None
+        self.cancelled = False
+        self.done = False
+
+    def cancel(self) -> None:
+        """Ask the engine to stop generating this sequence (client went away)."""
+        self.cancelled = True
+
+    def seen_ids(self, device: torch.device) -> torch.Tensor:
+        """Prompt and generated ids as a tensor (for the repetition penalty), kept up to date."""
+        if self._seen is None:
+            self._seen = torch.tensor(
+                self.prompt_ids + self.out_ids, dtype=torch.long, device=device
+            )
+        return self._seen
+
+    def record(
+        self, choice: TokenChoice, logprob: TokenLogprob | None, device: torch.device
+    ) -> str:
+        """Append a sampled token; returns the text now final for the client (may be empty)."""
+        self.out_ids.append(choice.token_id)
+        if self._seen is not None:
+            tail = torch.tensor([choice.token_id], dtype=torch.long, device=device)
+            self._seen = torch.cat([self._seen, tail])
+        if logprob is not None:
+            self._pending_logprobs.append(logprob)
+        return self._stopper.feed(self._detok.push(choice.token_id))
+
+    @property
+    def hit_stop_string(self) -> bool:
+        """True once a ``stop`` string appeared in the output."""
+        return self._stopper.stopped
+
+    def emit_text(self, text: str) -> None:
+        """Send released text (with the logprobs gathered since the last delta)."""
+        if text:
+            self.sink(Delta(text, self._pending_logprobs))
+            self._pending_logprobs = []
+
+    def finish(self, reason: str, error: str | None = None) -> None:
+        """Flush held text (unless a stop string cut it) and send the ``Finished`` event once."""
+        if self.done:
+            return
+        self.done = True
+        if reason in {"stop", "length"}:
+            self.emit_text(self._stopper.flush())
+        self.sink(Finished(reason, len(self.out_ids), error))
+
+
+@dataclass
+class EngineStats:
+    """Counters the server exposes on ``/health`` and ``/stats`` (batching proof)."""
+
+    sequences: int = 0
+    prefills: int = 0
+    decode_steps: int = 0
+    batched_steps: int = 0
+    max_batch_size: int = 0
+    tokens_generated: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """A JSON-ready copy."""
+        return dict(self.__dict__)
+
+
+class _Batch:
+    """The running batch: sequences, their shared left-padded KV cache and attention mask."""
+
+    def __init__(self) -> None:
+        self.seqs: list[Sequence] = []
+        self.layers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.mask: torch.Tensor | None = None
+
+    def add(
+        self, seq: Sequence, layers: list[tuple[torch.Tensor, torch.Tensor]], length: int
+    ) -> None:
+        """Append one prefilled sequence (its cache is ``[1, heads, length, dim]`` per layer)."""
+        new_mask = torch.ones((1, length), dtype=torch.long, device=layers[0][0].device)
+        if not self.seqs:
+            self.seqs, self.layers, self.mask = [seq], layers, new_mask
+            return
+        assert self.mask is not None
+        width = max(self.mask.shape[1], length)
+        old_pad, new_pad = width - self.mask.shape[1], width - length
+        self.layers = [
+            (
+                torch.cat([_left_pad(k_old, old_pad), _left_pad(k_new, new_pad)]),
+                torch.cat([_left_pad(v_old, old_pad), _left_pad(v_new, new_pad)]),
+            )
+            for (k_old, v_old), (k_new, v_new) in zip(self.layers, layers, strict=True)
+        ]
+        self.mask = torch.cat([F.pad(self.mask, (old_pad, 0)), F.pad(new_mask, (new_pad, 0))])
+        self.seqs.append(seq)
+
+    def keep(self, rows: list[int]) -> None:
+        """Keep only ``rows`` and drop cache columns that are now padding for every row."""
+        if not rows:
+            self.seqs, self.layers, self.mask = [], [], None
+            return
+        assert self.mask is not None
+        index = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
+        mask = self.mask.index_select(0, index)
+        start = int(torch.nonzero(mask.sum(dim=0))[0].item())
+        self.mask = mask[:, start:]
+        self.layers = [
+            (k.index_select(0, index)[:, :, start:], v.index_select(0, index)[:, :, start:])
+            for k, v in self.layers
+        ]
+        self.seqs = [self.seqs[i] for i in rows]
+
+
+def cache_tensors(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The ``(keys, values)`` tensors of every layer of a filled cache."""
+    return [(layer.keys, layer.values) for layer in cache.layers]  # type: ignore[union-attr,misc]
+
+
+def _left_pad(tensor: torch.Tensor, amount: int) -> torch.Tensor:
+    """Zero-pad a ``[batch, heads, seq, dim]`` cache tensor by ``amount`` positions on the left."""
+    return F.pad(tensor, (0, 0, amount, 0)) if amount else tensor
+
+
+class GenerationEngine:
+    """Owns the chat model on one thread and runs continuous batching over submitted sequences."""
+
+    def __init__(self, chat: ChatModel, max_batch: int = 16) -> None:
+        self.chat = chat
+        self.max_batch = max(1, max_batch)
+        self.stats = EngineStats()
+        self._incoming: queue.Queue[Sequence] = queue.Queue()
+        self._batch = _Batch()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="generation-engine", daemon=True)
+
+    def start(self) -> None:
+        """Start the engine thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the engine thread; sequences still running finish with ``cancelled``."""
+        self._stopping.set()
+        self._thread.join(timeout=10)
+
+    def new_sequence(
+        self, prompt_ids: list[int], params: SamplingParams, sink: Callable[[Event], None]
+    ) -> Sequence:
+        """A sequence bound to this engine's tokenizer (not yet submitted)."""
+        return Sequence(prompt_ids, params, sink, IncrementalDetokenizer(self.chat.tokenizer))
+
+    def submit(self, seq: Sequence) -> None:
+        """Queue a sequence; it joins the running batch at the next step."""
+        self._incoming.put(seq)
+
+    # --- engine thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._admit()
+                if self._batch.seqs:
+                    self._decode_step()
+            except Exception as exc:  # a model failure must not kill the thread
+                log.exception("generation step failed")
+                for seq in self._batch.seqs:
+                    seq.finish("error", f"generation failed: {exc}")
+                self._batch.keep([])
+        for seq in self._batch.seqs:
+            seq.finish("cancelled")
+
+    def _admit(self) -> None:
+        """Prefill waiting sequences (blocking briefly only when nothing is running)."""
+        while len(self._batch.seqs) < self.max_batch:
+            try:
+                block = not self._batch.seqs
+                seq = self._incoming.get(block=block, timeout=0.1 if block else None)
+            except queue.Empty:
+                return
+            if seq.cancelled:
+                seq.finish("cancelled")
+                continue
+            try:
+                self._prefill(seq)
+            except Exception as exc:
+                log.exception("prefill failed")
+                seq.finish("error", f"prefill failed: {exc}")
+
+    @torch.inference_mode()
+    def _prefill(self, seq: Sequence) -> None:
+        """Run the prompt alone, sample its first token and add it to the batch if not done."""
+        device = self.chat.spec.device
+        cache = DynamicCache()
+        input_ids = torch.tensor([seq.prompt_ids], dtype=torch.long, device=device)
+        out = self.chat.model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+        self.stats.prefills += 1
+        self.stats.sequences += 1
+        if self._accept(seq, out.logits[0, -1]):
+            self._batch.add(seq, cache_tensors(cache), len(seq.prompt_ids))
+
+    @torch.inference_mode()
+    def _decode_step(self) -> None:
+        """One forward pass over every active sequence, then sample and retire finished ones."""
+        batch = self._batch
+        live = [i for i, seq in enumerate(batch.seqs) if not seq.cancelled]
+        for seq in batch.seqs:
+            if seq.cancelled:
+                seq.finish("cancelled")
+        if len(live) != len(batch.seqs):
+            batch.keep(live)
+            if not batch.seqs:
+                return
+        assert batch.mask is not None
+        device = self.chat.spec.device
+        size = len(batch.seqs)
+        last = torch.tensor([[s.out_ids[-1]] for s in batch.seqs], dtype=torch.long, device=device)
+        positions = torch.tensor(
+            [[len(s.prompt_ids) + len(s.out_ids) - 1] for s in batch.seqs],
+            dtype=torch.long,
+            device=device,
+        )
+        batch.mask = torch.cat(
+            [batch.mask, torch.ones((size, 1), dtype=torch.long, device=device)], dim=1
+        )
+        cache = DynamicCache(ddp_cache_data=batch.layers)
+        out = self.chat.model(
+            input_ids=last,
+            attention_mask=batch.mask,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+        )
+        batch.layers = cache_tensors(cache)
+        self.stats.decode_steps += 1
+        self.stats.max_batch_size = max(self.stats.max_batch_size, size)
+        if size > 1:
+            self.stats.batched_steps += 1
+        keep = [i for i, seq in enumerate(batch.seqs) if self._accept(seq, out.logits[i, -1])]
+        if len(keep) != size:
+            batch.keep(keep)
+
+    def _accept(self, seq: Sequence, logits: torch.Tensor) -> bool:
+        """Sample the next token of ``seq`` from ``logits``; returns False once it is finished."""
+        params = seq.params
+        device = self.chat.spec.device
+        seen = seq.seen_ids(device) if params.repetition_penalty != 1.0 else _EMPTY
+        choice = choose_token(logits, seen, params, seq.generator)
+        self.stats.tokens_generated += 1
+        if choice.token_id in self.chat.eos_token_ids:
+            seq.out_ids.append(choice.token_id)
+            seq.finish("stop")
+            return False
+        seq.emit_text(seq.record(choice, self._logprob_entry(choice), device))
+        if seq.hit_stop_string:
+            seq.finish("stop")
+            return False
+        total = len(seq.prompt_ids) + len(seq.out_ids)
+        if len(seq.out_ids) >= params.max_tokens or total >= self.chat.context_length:
+            seq.finish("length")
+            return False
+        return True
+
+    def _logprob_entry(self, choice: TokenChoice) -> TokenLogprob | None:
+        """OpenAI's logprob entry for a sampled token, or None when logprobs were not requested."""
+        if choice.logprob is None:
+            return None
+        token = self._token_text(choice.token_id)
+        top = [
+            TopLogprob(t, lp, list(t.encode()))
+            for t, lp in ((self._token_text(i), v) for i, v in choice.top)
+        ]
+        return TokenLogprob(token, choice.logprob, list(token.encode()), top)
+
+    def _token_text(self, token_id: int) -> str:
+        return str(self.chat.tokenizer.decode([token_id], skip_special_tokens=False))
+
+
+_EMPTY = torch.empty(0, dtype=torch.long)
