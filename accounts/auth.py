@@ -14,12 +14,12 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.core.cache import cache
 from django.utils import timezone
 
 from accounts import keys
 from accounts.models import ApiKey
 from accounts.services import KEY_CACHE_PREFIX
+from config import fastcache
 from config.db import db_async
 from config.errors import AuthenticationFailed
 
@@ -98,12 +98,12 @@ async def authenticate(authorization: str | None) -> KeyContext:
         raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
     key_hash = keys.hash_key(raw)
     cache_key = KEY_CACHE_PREFIX + key_hash
-    cached = await cache.aget(cache_key)
+    cached = await fastcache.get(cache_key)
     if cached is None:
         ctx = await _context_from_db_async(key_hash)
         if ctx is None:
             raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
-        await cache.aset(cache_key, asdict(ctx), settings.INFRAI_KEY_CACHE_TTL_S)
+        await fastcache.set(cache_key, asdict(ctx), settings.INFRAI_KEY_CACHE_TTL_S)
     else:
         ctx = KeyContext(**cached)
     if ctx.revoked:
@@ -111,7 +111,7 @@ async def authenticate(authorization: str | None) -> KeyContext:
     now = timezone.now()
     if ctx.expires_at is not None and ctx.expires_at <= now.timestamp():
         raise AuthenticationFailed("This API key has expired.", code="expired_api_key")
-    if await cache.aadd(_USED_PREFIX + str(ctx.key_id), 1, 60):
+    if await fastcache.add(_USED_PREFIX + str(ctx.key_id), 1, 60):
         task = asyncio.get_running_loop().create_task(_touch_last_used_async(ctx.key_id, now))
         _background.add(task)
         task.add_done_callback(_background.discard)

@@ -107,6 +107,8 @@ class StreamingResponse:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     content_type: bytes = b"text/event-stream"
+    # Awaited once the response ends, however it ends (even if ``chunks`` never started).
+    on_close: Callable[[], Awaitable[None]] | None = None
 
 
 def json_response(
@@ -268,4 +270,6 @@ class V1Consumer(AsyncHttpConsumer):
             aclose = getattr(response.chunks, "aclose", None)
             if aclose is not None:
                 await aclose()
+            if response.on_close is not None:
+                await response.on_close()
         await self.send_body(b"")

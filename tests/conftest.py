@@ -9,12 +9,14 @@ import pytest
 from django.core.cache import cache
 from django.core.management import call_command
 
+from config import fastcache
 from tests.live import daphne_server
 
 
 @pytest.fixture(autouse=True)
 def _clear_cache() -> Iterator[None]:
     cache.clear()
+    fastcache.clear_sync()
     yield
 
 

@@ -157,3 +157,17 @@ INFRAI_MODEL_CACHE_DIR = Path(env("INFRAI_MODEL_CACHE_DIR", default=str(DATA_DIR
 STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY", default="")
 STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default="")
 STRIPE_API_BASE = env("STRIPE_API_BASE", default="")
+
+# --- billing (issue 4; documented in docs/billing.md) ---
+# Bounds of one Checkout top-up and of the auto-recharge amount, in whole USD.
+INFRAI_TOPUP_MIN_USD = env.int("INFRAI_TOPUP_MIN_USD", default=5)
+INFRAI_TOPUP_MAX_USD = env.int("INFRAI_TOPUP_MAX_USD", default=1000)
+
+# --- the /v1 request path -----------------------------------------------------------------
+INFRAI_VENDOR_CONNECT_TIMEOUT_S = env.float("INFRAI_VENDOR_CONNECT_TIMEOUT_S", default=5.0)
+# Longest silence accepted from a vendor (before the answer, or between two streamed chunks).
+INFRAI_VENDOR_READ_TIMEOUT_S = env.float("INFRAI_VENDOR_READ_TIMEOUT_S", default=120.0)
+# max_tokens the platform applies (and holds money for) when a chat request sets none.
+INFRAI_DEFAULT_MAX_TOKENS = env.int("INFRAI_DEFAULT_MAX_TOKENS", default=4096)
+# How long a hold lives before the sweeper may release it (a process that died).
+INFRAI_HOLD_TTL_S = env.int("INFRAI_HOLD_TTL_S", default=900)

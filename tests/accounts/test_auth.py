@@ -4,7 +4,6 @@ from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.core.cache import cache
 from django.utils import timezone
 
 from accounts import keys
@@ -17,6 +16,7 @@ from accounts.services import (
     organization_create,
     project_create,
 )
+from config import fastcache
 from config.errors import AuthenticationFailed
 
 auth = async_to_sync(authenticate)
@@ -45,10 +45,10 @@ def test_valid_key_resolves_to_its_project_and_organization(key):
     )
 
 
-def test_lookup_is_cached(key, django_assert_num_queries):
+def test_lookup_is_cached(key):
     _, raw = key
     auth(f"Bearer {raw}")
-    assert cache.get(KEY_CACHE_PREFIX + keys.hash_key(raw)) is not None
+    assert async_to_sync(fastcache.get)(KEY_CACHE_PREFIX + keys.hash_key(raw)) is not None
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,0 +1,165 @@
+"""A small async key-value store for the ``/v1`` hot path: Redis when configured, else memory.
+
+Django's cache API runs its async methods on the one thread-sensitive executor thread, so each
+call would queue behind every other sync call of the process. This store talks to Redis with
+``redis.asyncio`` directly (one pool per event loop) and shares keys with the sync helpers below
+(used by revocation in the admin/dashboard), so every process sees the same state.
+Values are JSON. In the embedded default (no ``REDIS_URL``) it is a process-local dict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import weakref
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+from django.conf import settings
+
+
+def _prefix() -> str:
+    return getattr(settings, "INFRAI_CACHE_PREFIX", "infrai") + ":fc:"
+
+
+class _Memory:
+    def __init__(self) -> None:
+        self._data: dict[str, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def _live(self, key: str, now: float) -> Any:
+        item = self._data.get(key)
+        if item is None:
+            return None
+        if item[0] <= now:
+            del self._data[key]
+            return None
+        return item[1]
+
+    def get(self, key: str) -> Any:
+        with self._lock:
+            return self._live(key, time.monotonic())
+
+    def set(self, key: str, value: Any, ttl_s: float) -> None:
+        with self._lock:
+            self._data[key] = (time.monotonic() + ttl_s, value)
+
+    def add(self, key: str, value: Any, ttl_s: float) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            if self._live(key, now) is not None:
+                return False
+            self._data[key] = (now + ttl_s, value)
+            return True
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+
+    def incr(self, key: str, amount: int, ttl_s: float) -> int:
+        with self._lock:
+            now = time.monotonic()
+            current = self._live(key, now)
+            if current is None:
+                self._data[key] = (now + ttl_s, amount)
+                return amount
+            expires = self._data[key][0]
+            self._data[key] = (expires, current + amount)
+            return int(current + amount)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+_memory = _Memory()
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Redis] = (
+    weakref.WeakKeyDictionary()
+)
+_sync_client: redis.Redis | None = None
+
+
+def _redis_url() -> str:
+    return str(getattr(settings, "REDIS_URL", "") or "")
+
+
+def _aclient() -> aioredis.Redis:
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(loop)
+    if client is None:
+        client = aioredis.Redis.from_url(_redis_url(), decode_responses=True)
+        _async_clients[loop] = client
+    return client
+
+
+def _sclient() -> redis.Redis:
+    global _sync_client
+    if _sync_client is None:
+        _sync_client = redis.Redis.from_url(_redis_url(), decode_responses=True)
+    return _sync_client
+
+
+async def get(key: str) -> Any:
+    """The JSON value at ``key`` or None."""
+    if not _redis_url():
+        return _memory.get(key)
+    raw = await _aclient().get(_prefix() + key)
+    return None if raw is None else json.loads(raw)
+
+
+async def set(key: str, value: Any, ttl_s: float) -> None:
+    """Store ``value`` (JSON-able) for ``ttl_s`` seconds."""
+    if not _redis_url():
+        _memory.set(key, value, ttl_s)
+        return
+    await _aclient().set(_prefix() + key, json.dumps(value), ex=max(int(ttl_s), 1))
+
+
+async def add(key: str, value: Any, ttl_s: float) -> bool:
+    """Store only if absent; True when this call stored it (``SET NX``)."""
+    if not _redis_url():
+        return _memory.add(key, value, ttl_s)
+    return bool(
+        await _aclient().set(_prefix() + key, json.dumps(value), ex=max(int(ttl_s), 1), nx=True)
+    )
+
+
+async def delete(key: str) -> None:
+    """Remove ``key``."""
+    if not _redis_url():
+        _memory.delete(key)
+        return
+    await _aclient().delete(_prefix() + key)
+
+
+async def incr_many(items: list[tuple[str, int]], ttl_s: float) -> list[int]:
+    """Add each amount to its counter (created with ``ttl_s`` on first use); one round trip."""
+    if not _redis_url():
+        return [_memory.incr(key, amount, ttl_s) for key, amount in items]
+    pipe = _aclient().pipeline(transaction=False)
+    for key, amount in items:
+        pipe.incrby(_prefix() + key, amount)
+        pipe.expire(_prefix() + key, max(int(ttl_s), 1), nx=True)
+    results = await pipe.execute()
+    return [int(v) for v in results[::2]]
+
+
+def delete_sync(key: str) -> None:
+    """:func:`delete` for sync code (admin, dashboard, management commands)."""
+    if not _redis_url():
+        _memory.delete(key)
+        return
+    _sclient().delete(_prefix() + key)
+
+
+def clear_sync() -> None:
+    """Remove every key of this store (tests)."""
+    if not _redis_url():
+        _memory.clear()
+        return
+    client = _sclient()
+    for key in client.scan_iter(_prefix() + "*", count=1000):
+        client.delete(key)

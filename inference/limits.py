@@ -1,0 +1,77 @@
+"""Per-key rate limits: requests and tokens per minute, shared across processes (Redis).
+
+Fixed one-minute windows, counted with one pipelined round trip per call. Tokens are counted
+when the call is admitted, at the request's estimate (prompt + the output it may produce), as
+OpenAI does. The ``x-ratelimit-*`` headers follow OpenAI's names and formats.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from accounts.auth import KeyContext
+from config import fastcache
+from config.errors import RateLimited
+
+WINDOW_S = 60
+
+
+@dataclass(frozen=True, slots=True)
+class LimitState:
+    """The counters after admitting (or refusing) one call."""
+
+    limit_requests: int
+    remaining_requests: int
+    limit_tokens: int
+    remaining_tokens: int
+    reset_s: float
+
+    def headers(self) -> dict[str, str]:
+        """OpenAI's ``x-ratelimit-*`` headers."""
+        reset = f"{max(self.reset_s, 0.0):.3f}".rstrip("0").rstrip(".") + "s"
+        return {
+            "x-ratelimit-limit-requests": str(self.limit_requests),
+            "x-ratelimit-remaining-requests": str(max(self.remaining_requests, 0)),
+            "x-ratelimit-reset-requests": reset,
+            "x-ratelimit-limit-tokens": str(self.limit_tokens),
+            "x-ratelimit-remaining-tokens": str(max(self.remaining_tokens, 0)),
+            "x-ratelimit-reset-tokens": reset,
+        }
+
+
+async def admit(key: KeyContext, *, tokens: int) -> LimitState:
+    """Count one call of ``tokens`` estimated tokens against ``key``'s limits.
+
+    Returns the state for the response headers, or raises :class:`RateLimited` (429 with
+    ``retry-after`` in whole seconds and the same headers). A refused call still counts as a
+    request in its window (so hammering does not help), but its tokens are not kept.
+    """
+    now = time.time()
+    window = int(now // WINDOW_S)
+    reset_s = (window + 1) * WINDOW_S - now
+    base = f"rl:{key.key_id}:{window}"
+    requests, used_tokens = await fastcache.incr_many(
+        [(base + ":r", 1), (base + ":t", tokens)], WINDOW_S + 5
+    )
+    state = LimitState(
+        limit_requests=key.requests_per_minute,
+        remaining_requests=key.requests_per_minute - requests,
+        limit_tokens=key.tokens_per_minute,
+        remaining_tokens=key.tokens_per_minute - used_tokens,
+        reset_s=reset_s,
+    )
+    over_requests = requests > key.requests_per_minute
+    over_tokens = used_tokens > key.tokens_per_minute
+    if over_requests or over_tokens:
+        await fastcache.incr_many([(base + ":t", -tokens)], WINDOW_S + 5)
+        what = "requests" if over_requests else "tokens"
+        limit = key.requests_per_minute if over_requests else key.tokens_per_minute
+        raise RateLimited(
+            f"Rate limit reached for this API key: {limit} {what} per minute. "
+            f"Try again in {math.ceil(reset_s)}s.",
+            code="rate_limit_exceeded",
+            headers={"retry-after": str(math.ceil(reset_s)), **state.headers()},
+        )
+    return state

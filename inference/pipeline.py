@@ -1,0 +1,325 @@
+"""The steps every ``/v1`` call shares after validation, each in one place.
+
+limit → route → hold → call with failover → settle + record → respond. Endpoints compose
+them; the chat module adds streaming. Money rules: a hold is opened before any vendor call and
+every exit path after it ends in :meth:`Call.finish` (which settles exactly once and writes the
+request-log row before the ledger entry, so no entry exists without its request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from django.conf import settings
+
+from accounts.auth import KeyContext
+from billing.money import nanos_to_usd_str
+from billing.pricing import Usage, cost_nanos
+from billing.services import ahold_open, hold_settle
+from catalog import health
+from catalog.routing import Candidate, RoutingDecision, RoutingRequest
+from catalog.selectors import credentials_value, routing_decide
+from catalog.types import CircuitState
+from config.db import db_async
+from config.errors import (
+    ApiError,
+    InvalidRequest,
+    NoRoutableOffering,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from inference import limits
+from inference.http import ApiRequest
+from inference.models import RequestLog, RequestStatus
+from inference.vendors import Adapter, VendorTarget, adapter_for
+from inference.vendors.errors import VendorError, VendorRejected, VendorTimeout
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_background: set[asyncio.Task[Any]] = set()
+
+
+def spawn(coro: Awaitable[Any]) -> None:
+    """Run ``coro`` after the response, keeping a reference until it ends."""
+    task = asyncio.ensure_future(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+def target_for(candidate: Candidate) -> VendorTarget:
+    """How to reach ``candidate`` (the secret is read now, from settings/environment)."""
+    return VendorTarget(
+        vendor=candidate.vendor,
+        base_url=candidate.base_url,
+        upstream_model=candidate.upstream_model,
+        api_key=credentials_value(candidate.credentials_env) or None,
+        connect_timeout_s=settings.INFRAI_VENDOR_CONNECT_TIMEOUT_S,
+        read_timeout_s=settings.INFRAI_VENDOR_READ_TIMEOUT_S,
+    )
+
+
+@dataclass
+class Call:
+    """One metered call: its caller, routing, hold and outcome."""
+
+    request: ApiRequest
+    endpoint: str
+    requested_model: str
+    stream: bool = False
+    limit_headers: dict[str, str] = field(default_factory=dict)
+    decision: RoutingDecision | None = None
+    served_by: Candidate | None = None
+    hold_nanos: int = 0
+    held: bool = False
+    failovers: int = 0
+    usage: Usage = field(default_factory=Usage)
+    usage_estimated: bool = False
+    cost_nanos: int = 0
+    cache_hit: bool = False
+    ttft_ms: int | None = None
+    prompt: str = ""
+    finished: bool = False
+    cached: dict[str, Any] | None = None  # who served the cached answer (cache hits)
+
+    @property
+    def key(self) -> KeyContext:
+        return self.request.caller
+
+    # --- limit / route / hold -----------------------------------------------------------
+    async def limit(self, *, tokens: int) -> None:
+        """Count the call against the key's rate limits (429 raises)."""
+        state = await limits.admit(self.key, tokens=tokens)
+        self.limit_headers = state.headers()
+
+    async def route(self, routing: RoutingRequest) -> RoutingDecision:
+        """The routing decision (404/400/503 raise)."""
+        self.decision = await routing_decide(request=routing)
+        return self.decision
+
+    async def hold(self, *, worst_case: Callable[[Candidate], Usage]) -> None:
+        """Reserve the worst case over every candidate (failover may pick any of them)."""
+        assert self.decision is not None
+        amount = max(
+            cost_nanos(price=c.price, usage=worst_case(c)) for c in self.decision.candidates
+        )
+        await ahold_open(
+            organization_id=self.key.organization_id,
+            project_id=self.key.project_id,
+            api_key_id=self.key.key_id,
+            request_id=self.request.request_id,
+            amount_nanos=amount,
+            budget_nanos=self.key.monthly_budget_nanos,
+            ttl_s=settings.INFRAI_HOLD_TTL_S,
+        )
+        self.hold_nanos = amount
+        self.held = True
+
+    # --- call with failover ---------------------------------------------------------------
+    async def call(self, fn: Callable[[Adapter, VendorTarget, Candidate], Awaitable[T]]) -> T:
+        """Try the candidates in order until one answers.
+
+        Connect errors, timeouts, 429 and 5xx move on to the next candidate (the circuit
+        breaker learns from each); a vendor's refusal of the request itself is a 400. When all
+        fail: 504 if the last failure was a timeout, else 502.
+        """
+        assert self.decision is not None
+        last: VendorError | None = None
+        for candidate in self.decision.candidates:
+            if candidate.health is CircuitState.HALF_OPEN and not (
+                await health.allow_request_async(candidate.vendor)
+            ):
+                continue
+            started = time.perf_counter()
+            try:
+                result = await fn(
+                    adapter_for(candidate.adapter_kind), target_for(candidate), candidate
+                )
+            except VendorRejected as exc:
+                self.served_by = candidate
+                raise InvalidRequest(
+                    f"The vendor serving '{candidate.model}' rejected the request: {exc.message}",
+                    code="vendor_rejected_request",
+                ) from exc
+            except VendorError as exc:
+                last = exc
+                self.failovers += 1
+                spawn(health.arecord_failure(candidate.vendor))
+                log.info("failover from %s: %s", candidate.label, exc.kind)
+                continue
+            self.served_by = candidate
+            spawn(
+                health.arecord_success(
+                    candidate.vendor, int((time.perf_counter() - started) * 1000)
+                )
+            )
+            return result
+        self.failovers = max(self.failovers - 1, 0)
+        if last is None:
+            raise NoRoutableOffering(
+                "No vendor can serve this request right now (every circuit is open).",
+                code="no_routable_offering",
+            )
+        if isinstance(last, VendorTimeout):
+            raise UpstreamTimeout("Every vendor that can serve this request timed out.")
+        raise UpstreamError(f"Every vendor that can serve this request failed; last: {last.kind}.")
+
+    # --- settle + record ------------------------------------------------------------------
+    def charge(self, usage: Usage, *, estimated: bool = False) -> int:
+        """Price ``usage`` at the serving offering's price; capped at the hold."""
+        self.usage = usage
+        self.usage_estimated = estimated
+        if self.served_by is None or self.cache_hit:
+            self.cost_nanos = 0
+        else:
+            self.cost_nanos = min(
+                cost_nanos(price=self.served_by.price, usage=usage), self.hold_nanos
+            )
+        return self.cost_nanos
+
+    def served(self) -> dict[str, Any]:
+        """Vendor, model, region, routing reason and ignored parameters of the answer."""
+        if self.cached is not None:
+            return self.cached
+        served = self.served_by
+        if served is None:
+            return {"vendor": "", "model": "", "region": "", "routing": {}, "ignored_params": []}
+        return {
+            "vendor": served.vendor,
+            "model": served.model,
+            "region": served.region,
+            "routing": self.decision.reason(chosen=served) if self.decision else {},
+            "ignored_params": list(served.ignored_params),
+        }
+
+    def infrai(self) -> dict[str, Any]:
+        """The ``infrai`` object of the response."""
+        served = self.served()
+        cost = nanos_to_usd_str(self.cost_nanos)
+        out: dict[str, Any] = {
+            "cost_usd": float(cost),
+            "cost_nanos": self.cost_nanos,
+            "vendor": served["vendor"] or None,
+            "model": served["model"] or None,
+            "region": served["region"] or None,
+            "cache": self.cache_hit,
+            "request_id": self.request.request_id,
+            "routing": served["routing"] or None,
+            "ignored_params": served["ignored_params"],
+            "failovers": self.failovers,
+        }
+        if self.usage_estimated:
+            out["usage_estimated"] = True
+        return out
+
+    def headers(self, *, final: bool = True) -> dict[str, str]:
+        """``X-Infrai-*`` and rate-limit headers. Streams (``final=False``) send the reserved
+        maximum as ``X-Infrai-Max-Cost-Usd``; their cost is in the last chunk."""
+        served = self.served()
+        out = {**self.limit_headers}
+        if served["vendor"]:
+            out["x-infrai-vendor"] = served["vendor"]
+            out["x-infrai-model"] = served["model"]
+        if served["ignored_params"]:
+            out["x-infrai-ignored-params"] = ",".join(served["ignored_params"])
+        if self.cache_hit:
+            out["x-infrai-cache"] = "hit"
+        if final:
+            out["x-infrai-cost-usd"] = nanos_to_usd_str(self.cost_nanos)
+        else:
+            out["x-infrai-max-cost-usd"] = nanos_to_usd_str(self.hold_nanos)
+        return out
+
+    async def finish(
+        self, *, status: RequestStatus, http_status: int, error_code: str = ""
+    ) -> None:
+        """Write the request-log row, then settle the hold (exactly once; safe to call again).
+
+        Runs on every exit path. Must not be interrupted: callers on a cancelled task call it
+        from ``finally`` without a second cancellation in flight.
+        """
+        if self.finished:
+            return
+        self.finished = True
+        served = self.served()
+        row = RequestLog(
+            request_id=self.request.request_id,
+            organization_id=self.key.organization_id,
+            project_id=self.key.project_id,
+            api_key_id=self.key.key_id,
+            endpoint=self.endpoint,
+            requested_model=self.requested_model[:120],
+            model=served["model"],
+            vendor=served["vendor"],
+            region=served["region"],
+            status=status,
+            http_status=http_status,
+            error_code=error_code[:64],
+            input_tokens=self.usage.input_tokens,
+            cached_input_tokens=self.usage.cached_input_tokens,
+            output_tokens=self.usage.output_tokens,
+            usage_estimated=self.usage_estimated,
+            cost_nanos=self.cost_nanos,
+            latency_ms=(time.perf_counter_ns() - self.request.started_ns) // 1_000_000,
+            ttft_ms=self.ttft_ms,
+            stream=self.stream,
+            cache_hit=self.cache_hit,
+            failovers=self.failovers,
+            routing=served["routing"],
+            ignored_params=served["ignored_params"],
+            prompt=self.prompt if self.key.log_prompts else "",
+        )
+        await _record_and_settle(row, self.held, self.cost_nanos)
+        spawn(_push_live(row))
+
+    async def fail(self, exc: ApiError) -> None:
+        """:meth:`finish` for a call that ends in ``exc`` (nothing delivered, nothing charged)."""
+        status = RequestStatus.VENDOR_ERROR if exc.status >= 500 else RequestStatus.CLIENT_ERROR
+        self.charge(Usage())
+        await self.finish(status=status, http_status=exc.status, error_code=exc.code)
+
+
+@db_async
+def _record_and_settle_sync(row: RequestLog, held: bool, cost: int) -> None:
+    row.save(force_insert=True)
+    if held:
+        hold_settle(
+            request_id=row.request_id,
+            actual_nanos=cost,
+            description=f"{row.endpoint} {row.model}".strip(),
+        )
+
+
+async def _record_and_settle(row: RequestLog, held: bool, cost: int) -> None:
+    try:
+        await _record_and_settle_sync(row, held, cost)
+    except Exception:
+        # The hold stays open and the sweeper releases it; never let this mask the response.
+        log.exception("could not record/settle %s", row.request_id)
+
+
+async def _push_live(row: RequestLog) -> None:
+    try:
+        from dashboard.live import apush_usage
+    except ImportError:  # pragma: no cover - the dashboard is optional for the API
+        return
+    try:
+        await apush_usage(
+            organization_id=row.organization_id,
+            request_id=row.request_id,
+            model=row.model,
+            vendor=row.vendor,
+            status=row.status,
+            input_tokens=row.input_tokens,
+            output_tokens=row.output_tokens,
+            cost_nanos=row.cost_nanos,
+            latency_ms=row.latency_ms,
+            project_id=row.project_id,
+            api_key_id=row.api_key_id,
+        )
+    except Exception:
+        log.warning("live push failed for %s", row.request_id, exc_info=True)

@@ -1,0 +1,62 @@
+"""The adapter Protocol and the values that cross it.
+
+Payloads in and out are OpenAI-shaped dicts: an adapter for another wire format translates
+both ways with pure functions; the HTTP call is a thin shell around them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class VendorTarget:
+    """Where and how to call one offering."""
+
+    vendor: str
+    base_url: str
+    upstream_model: str
+    api_key: str | None = None
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryResult:
+    """A non-JSON answer (audio)."""
+
+    content: bytes
+    content_type: str
+
+
+class Adapter(Protocol):
+    """What the gateway can ask a vendor. Every method raises ``VendorError`` on failure."""
+
+    async def chat(self, target: VendorTarget, payload: JSON) -> JSON:
+        """A ``chat.completion`` for an OpenAI chat request (``stream`` false)."""
+        ...
+
+    def stream_chat(self, target: VendorTarget, payload: JSON) -> AsyncIterator[JSON]:
+        """``chat.completion.chunk`` dicts as the vendor produces them (usage chunk included
+        when the vendor sends one). Closing the iterator cancels the upstream request."""
+        ...
+
+    async def embed(self, target: VendorTarget, payload: JSON) -> JSON: ...
+
+    async def images(self, target: VendorTarget, payload: JSON) -> JSON: ...
+
+    async def moderate(self, target: VendorTarget, payload: JSON) -> JSON: ...
+
+    async def speech(self, target: VendorTarget, payload: JSON) -> BinaryResult: ...
+
+    async def transcribe(
+        self, target: VendorTarget, fields: dict[str, str], file: tuple[str, bytes, str]
+    ) -> JSON | str: ...
+
+    async def list_models(self, target: VendorTarget) -> list[str]:
+        """The upstream model ids the vendor serves (health probe)."""
+        ...

@@ -1,0 +1,35 @@
+"""Server-Sent Events parsing (vendor side) and writing (client side)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+DONE = b"data: [DONE]\n\n"
+
+
+async def events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
+    """``(event, data)`` pairs from SSE lines; ``event`` is ``""`` when the stream names none."""
+    event, data = "", []
+    async for line in lines:
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+    if data:
+        yield event, "\n".join(data)
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    """One ``data:`` event carrying ``obj`` as compact JSON."""
+    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"

@@ -1,0 +1,354 @@
+"""Fake vendors: real HTTP servers on 127.0.0.1 speaking the OpenAI and Anthropic wire formats.
+
+A :class:`FakeVendor` runs an aiohttp server in its own thread. Tests steer it through
+attributes: ``fail_statuses`` (statuses to answer before behaving), ``stall_s`` (sleep before
+answering), ``cut_after`` (drop the connection after N streamed chunks), ``omit_usage`` and
+``chunk_delay_s``. Every request body it received is kept in ``requests``.
+
+Answers are deterministic: the reply to a user message is ``"Echo: <text>"`` split into one
+chunk per word; usage counts one token per word of the prompt and of the reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from tests.live import free_port
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            return " ".join(p.get("text", "") for p in content or [] if p.get("type") == "text")
+    return ""
+
+
+def _count_words(messages: list[dict[str, Any]]) -> int:
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            total += len(content.split())
+        elif isinstance(content, list):
+            total += sum(len(p.get("text", "").split()) for p in content if p.get("type") == "text")
+            total += sum(85 for p in content if p.get("type") in ("image_url", "image"))
+    return total
+
+
+@dataclass
+class FakeVendor:
+    """One fake vendor server (OpenAI-compatible and Anthropic routes on the same port)."""
+
+    models: list[str] = field(default_factory=lambda: ["fake-model"])
+    fail_statuses: list[int] = field(default_factory=list)
+    stall_s: float = 0.0
+    cut_after: int | None = None
+    omit_usage: bool = False
+    chunk_delay_s: float = 0.0
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    stream_closed: threading.Event = field(default_factory=threading.Event)
+    chunks_sent: int = 0
+
+    def __post_init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self) -> FakeVendor:
+        self._thread.start()
+        self._started.wait(10)
+        return self
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/v1/models", self.list_models)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/messages", self.messages)
+        runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(runner.setup())
+        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        self._started.set()
+        self._loop.run_forever()
+
+    # --- helpers --------------------------------------------------------------------------
+    async def _gate(self, request: web.Request) -> tuple[dict[str, Any], web.Response | None]:
+        body = await request.json()
+        self.requests.append(body)
+        if self.stall_s:
+            await asyncio.sleep(self.stall_s)
+        if self.fail_statuses:
+            status = self.fail_statuses.pop(0)
+            error = {"error": {"message": f"fake failure {status}", "type": "server_error"}}
+            return body, web.json_response(error, status=status)
+        return body, None
+
+    def _reply(self, body: dict[str, Any]) -> tuple[str, list[dict[str, Any]] | None]:
+        tools = body.get("tools")
+        if tools and body.get("tool_choice") != "none":
+            names = [t["function"]["name"] if "function" in t else t["name"] for t in tools]
+            calls = [
+                {"id": f"call_{i}", "name": name, "arguments": json.dumps({"city": "Paris"})}
+                for i, name in enumerate(names[:2])
+            ]
+            return "", calls
+        fmt = body.get("response_format") or {}
+        if fmt.get("type") in ("json_object", "json_schema"):
+            return '{"ok": true}', None
+        return "Echo: " + _last_user_text(body.get("messages", [])), None
+
+    # --- OpenAI-compatible ---------------------------------------------------------------
+    async def list_models(self, request: web.Request) -> web.Response:
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models]
+        return web.json_response({"object": "list", "data": data})
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body, failure = await self._gate(request)
+        if failure is not None:
+            return failure
+        text, calls = self._reply(body)
+        prompt_tokens = _count_words(body.get("messages", []))
+        words = text.split(" ") if text else []
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(words) + len(calls or []),
+            "total_tokens": prompt_tokens + len(words) + len(calls or []),
+        }
+        n = int(body.get("n") or 1)
+        if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": text or None}
+            if calls:
+                message["tool_calls"] = [
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": c["arguments"]},
+                    }
+                    for c in calls
+                ]
+            out: dict[str, Any] = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": i,
+                        "message": message,
+                        "finish_reason": "tool_calls" if calls else "stop",
+                        "logprobs": None,
+                    }
+                    for i in range(n)
+                ],
+                "system_fingerprint": "fp_fake",
+            }
+            if not self.omit_usage:
+                usage["completion_tokens"] *= n
+                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+                out["usage"] = usage
+            return web.json_response(out)
+        return await self._stream_openai(request, body, words, calls, usage)
+
+    async def _stream_openai(self, request, body, words, calls, usage) -> web.StreamResponse:  # type: ignore[no-untyped-def]
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        self.stream_closed.clear()
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            obj = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+        pieces = [chunk({"role": "assistant", "content": ""})]
+        for i, word in enumerate(words):
+            pieces.append(chunk({"content": word if i == 0 else " " + word}))
+        for i, call in enumerate(calls or []):
+            pieces.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": i,
+                                "id": call["id"],
+                                "type": "function",
+                                "function": {"name": call["name"], "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
+            half = len(call["arguments"]) // 2
+            for part in (call["arguments"][:half], call["arguments"][half:]):
+                pieces.append(
+                    chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]})
+                )
+        pieces.append(chunk({}, "tool_calls" if calls else "stop"))
+        include_usage = (body.get("stream_options") or {}).get("include_usage")
+        if include_usage and not self.omit_usage:
+            obj = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": body["model"],
+                "choices": [],
+                "usage": usage,
+            }
+            pieces.append(b"data: " + json.dumps(obj).encode() + b"\n\n")
+        pieces.append(b"data: [DONE]\n\n")
+        self.chunks_sent = 0
+        try:
+            for i, piece in enumerate(pieces):
+                if self.cut_after is not None and i >= self.cut_after:
+                    request.transport.close()  # type: ignore[union-attr]
+                    return response
+                await response.write(piece)
+                self.chunks_sent += 1
+                if self.chunk_delay_s:
+                    await asyncio.sleep(self.chunk_delay_s)
+            await response.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.stream_closed.set()
+        return response
+
+    # --- Anthropic Messages ----------------------------------------------------------------
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        body, failure = await self._gate(request)
+        if failure is not None:
+            return failure
+        if not request.headers.get("x-api-key") or request.headers.get("anthropic-version") is None:
+            return web.json_response(
+                {
+                    "type": "error",
+                    "error": {"type": "authentication_error", "message": "missing key"},
+                },
+                status=401,
+            )
+        converted = [
+            {
+                "role": m["role"],
+                "content": [
+                    b
+                    for b in (
+                        m["content"]
+                        if isinstance(m["content"], list)
+                        else [{"type": "text", "text": m["content"]}]
+                    )
+                    if b.get("type") in ("text", "image")
+                ],
+            }
+            for m in body["messages"]
+        ]
+        text, calls = self._reply(
+            {"messages": converted, "tools": body.get("tools"), "tool_choice": None}
+        )
+        prompt_tokens = _count_words(converted) + len((body.get("system") or "").split())
+        words = text.split(" ") if text else []
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        for call in calls or []:
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": call["id"],
+                    "name": call["name"],
+                    "input": json.loads(call["arguments"]),
+                }
+            )
+        usage = {"input_tokens": prompt_tokens, "output_tokens": len(words) + len(calls or [])}
+        stop = "tool_use" if calls else "end_turn"
+        if not body.get("stream"):
+            return web.json_response(
+                {
+                    "id": "msg_fake",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body["model"],
+                    "content": content,
+                    "stop_reason": stop,
+                    "usage": usage,
+                }
+            )
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+
+        async def send(event: str, data: dict[str, Any]) -> None:
+            await response.write(
+                f"event: {event}\ndata: {json.dumps({'type': event, **data})}\n\n".encode()
+            )
+
+        await send(
+            "message_start",
+            {
+                "message": {
+                    "id": "msg_fake",
+                    "usage": {"input_tokens": prompt_tokens, "output_tokens": 0},
+                }
+            },
+        )
+        index = 0
+        if words:
+            await send(
+                "content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}
+            )
+            for i, word in enumerate(words):
+                await send(
+                    "content_block_delta",
+                    {
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": word if i == 0 else " " + word},
+                    },
+                )
+            await send("content_block_stop", {"index": 0})
+            index = 1
+        for call in calls or []:
+            await send(
+                "content_block_start",
+                {
+                    "index": index,
+                    "content_block": {
+                        "type": "tool_use",
+                        "id": call["id"],
+                        "name": call["name"],
+                        "input": {},
+                    },
+                },
+            )
+            await send(
+                "content_block_delta",
+                {
+                    "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": call["arguments"]},
+                },
+            )
+            await send("content_block_stop", {"index": index})
+            index += 1
+        await send(
+            "message_delta",
+            {"delta": {"stop_reason": stop}, "usage": {"output_tokens": usage["output_tokens"]}},
+        )
+        await send("message_stop", {})
+        await response.write_eof()
+        return response
