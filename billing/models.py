@@ -1,4 +1,8 @@
-"""Wallets, the append-only ledger, and holds. All money is integer nano-USD (1e-9 USD)."""
+"""Wallets, the append-only ledger, holds, project spend counters and Stripe records.
+
+All money is integer nano-USD (1e-9 USD) in ``BigIntegerField``s. Rows here are written only by
+:mod:`billing.services`; nothing else updates a balance.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,13 @@ from accounts.models import ApiKey, Organization, Project
 
 
 class Wallet(models.Model):
-    """One per organization. ``balance_nanos`` always equals the sum of its ledger entries;
-    ``held_nanos`` is the sum of its open holds. Available = balance - held."""
+    """One per organization ("one wallet, one bill").
+
+    Invariants (checked by ``manage.py billing_audit``): ``balance_nanos`` equals the sum of the
+    wallet's ledger entries; ``held_nanos`` equals the sum of its open holds. Available =
+    balance - held. The balance may go below zero only through refunds, disputes or staff
+    adjustments, never through holds.
+    """
 
     organization = models.OneToOneField(
         Organization, on_delete=models.PROTECT, related_name="wallet"
@@ -18,6 +27,18 @@ class Wallet(models.Model):
     balance_nanos = models.BigIntegerField(default=0)
     held_nanos = models.BigIntegerField(default=0)
     stripe_customer_id = models.CharField(max_length=64, blank=True)
+    # Auto-recharge: charge ``amount`` off-session on the saved method when the balance falls
+    # below ``threshold``. ``armed`` makes it once per crossing: cleared when a charge is tried,
+    # set again when the balance is back at or above the threshold.
+    auto_recharge_enabled = models.BooleanField(default=False)
+    auto_recharge_threshold_nanos = models.BigIntegerField(default=0)
+    auto_recharge_amount_nanos = models.BigIntegerField(default=0)
+    auto_recharge_payment_method_id = models.CharField(max_length=64, blank=True)
+    auto_recharge_armed = models.BooleanField(default=True)
+    auto_recharge_attempts = models.PositiveIntegerField(
+        default=0, help_text="Charges tried so far; part of each charge's idempotency key."
+    )
+    auto_recharge_last_error = models.CharField(max_length=255, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -34,13 +55,16 @@ class EntryKind(models.TextChoices):
     USAGE = "usage", "Usage"
     REFUND = "refund", "Refund"
     DISPUTE = "dispute", "Dispute"
+    DISPUTE_WON = "dispute_won", "Dispute won (reinstated)"
     ADJUSTMENT = "adjustment", "Adjustment"
     AUTO_RECHARGE = "auto_recharge", "Auto-recharge"
     CREDIT = "credit", "Promotional credit"
+    HOLD_EXPIRED = "hold_expired", "Hold expired (released)"
 
 
 class LedgerEntry(models.Model):
-    """An append-only balance change. Never updated or deleted."""
+    """An append-only balance change. Never updated or deleted (a PostgreSQL trigger refuses
+    changes to the money columns and deletes)."""
 
     wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="entries")
     kind = models.CharField(max_length=16, choices=EntryKind.choices)
@@ -50,6 +74,9 @@ class LedgerEntry(models.Model):
     project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL)
     api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL)
     request_id = models.CharField(max_length=40, blank=True, db_index=True)
+    external_ref = models.CharField(
+        max_length=64, blank=True, db_index=True, help_text="Stripe object (charge, session …)."
+    )
     description = models.CharField(max_length=255, blank=True)
     created_by = models.ForeignKey(
         "accounts.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -57,7 +84,7 @@ class LedgerEntry(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        indexes = [models.Index(fields=["wallet", "-created_at"])]
+        indexes = [models.Index(fields=["wallet", "-id"])]
         verbose_name_plural = "ledger entries"
 
     def __str__(self) -> str:
@@ -67,11 +94,11 @@ class LedgerEntry(models.Model):
 class HoldStatus(models.TextChoices):
     OPEN = "open", "Open"
     SETTLED = "settled", "Settled"
-    RELEASED = "released", "Released (expired)"
+    EXPIRED = "expired", "Expired (released by the sweeper)"
 
 
 class Hold(models.Model):
-    """A reservation of the worst-case cost of one call."""
+    """A reservation of the worst-case cost of one call (see :mod:`billing.services.holds`)."""
 
     wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="holds")
     project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL)
@@ -80,6 +107,7 @@ class Hold(models.Model):
     amount_nanos = models.BigIntegerField()
     captured_nanos = models.BigIntegerField(null=True, blank=True)
     status = models.CharField(max_length=10, choices=HoldStatus.choices, default=HoldStatus.OPEN)
+    month = models.DateField(help_text="First day of the UTC month the hold was opened in.")
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField()
     closed_at = models.DateTimeField(null=True, blank=True)
@@ -89,3 +117,72 @@ class Hold(models.Model):
 
     def __str__(self) -> str:
         return f"hold {self.request_id} {self.status}"
+
+
+class ProjectSpend(models.Model):
+    """Per project and UTC month: settled usage and open holds, in nano-USD.
+
+    The counter the project budget is enforced against (one conditional upsert on the hot
+    path instead of summing the ledger). A call counts in the month its hold was opened.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    month = models.DateField()
+    used_nanos = models.BigIntegerField(default=0)
+    held_nanos = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "month"], name="uniq_project_spend_month")
+        ]
+
+    def __str__(self) -> str:
+        return f"spend {self.project_id} {self.month:%Y-%m}"
+
+
+class TopUpStatus(models.TextChoices):
+    OPEN = "open", "Checkout open"
+    PENDING = "pending", "Payment processing"
+    PAID = "paid", "Paid (credited)"
+    FAILED = "failed", "Payment failed"
+    EXPIRED = "expired", "Checkout expired"
+
+
+class TopUp(models.Model):
+    """A Stripe Checkout session we created. Credit comes only from the webhook."""
+
+    wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="topups")
+    checkout_session_id = models.CharField(max_length=128, unique=True)
+    amount_nanos = models.BigIntegerField()
+    status = models.CharField(max_length=10, choices=TopUpStatus.choices, default=TopUpStatus.OPEN)
+    payment_intent_id = models.CharField(max_length=64, blank=True)
+    created_by = models.ForeignKey(
+        "accounts.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    paid_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"top-up {self.checkout_session_id} {self.status}"
+
+
+class StripeEventStatus(models.TextChoices):
+    PROCESSED = "processed", "Processed"
+    IGNORED = "ignored", "Ignored (not relevant)"
+    FAILED = "failed", "Failed (needs staff)"
+
+
+class StripeEvent(models.Model):
+    """Every verified webhook event, stored once by its id, with what we did about it."""
+
+    event_id = models.CharField(max_length=128, unique=True)
+    type = models.CharField(max_length=64)
+    status = models.CharField(max_length=10, choices=StripeEventStatus.choices)
+    livemode = models.BooleanField(default=False)
+    stripe_created = models.DateTimeField(help_text="When Stripe created the event.")
+    payload = models.JSONField()
+    detail = models.CharField(max_length=255, blank=True)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.event_id}"

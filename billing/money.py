@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 NANOS_PER_USD = 1_000_000_000
 NANOS_PER_CENT = 10_000_000
@@ -27,3 +27,19 @@ def nanos_to_usd_str(nanos: int) -> str:
 def cents_to_nanos(cents: int) -> int:
     """Stripe's integer cents → nano-USD."""
     return cents * NANOS_PER_CENT
+
+
+def nanos_to_cents(nanos: int) -> int:
+    """nano-USD → Stripe's integer cents; raises ValueError unless it is a whole number of cents."""
+    cents, rest = divmod(nanos, NANOS_PER_CENT)
+    if rest:
+        raise ValueError(f"{nanos} nano-USD is not a whole number of cents")
+    return cents
+
+
+def usd_str_to_nanos(text: str) -> int:
+    """A user-typed USD amount (``"12.50"``) → nano-USD; ValueError when it is not a number."""
+    try:
+        return usd_to_nanos(Decimal(text.strip()))
+    except InvalidOperation:
+        raise ValueError(f"{text!r} is not an amount in USD") from None

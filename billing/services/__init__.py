@@ -1,0 +1,36 @@
+"""Writes of the billing app (the front door other apps call).
+
+- :mod:`billing.services.holds` — hold / settle / expiry: the request path's contract.
+- :mod:`billing.services.wallet` — credits, debits, staff adjustments.
+- :mod:`billing.services.topups` — Stripe customer and Checkout top-ups.
+- :mod:`billing.services.webhooks` — the Stripe webhook: verify, store, credit.
+- :mod:`billing.services.recharge` — auto-recharge off-session.
+"""
+
+from billing.services.holds import (
+    CODE_BUDGET,
+    CODE_WALLET,
+    HoldExists,
+    HoldNotFound,
+    ahold_open,
+    ahold_settle,
+    hold_open,
+    hold_settle,
+    holds_expire,
+)
+from billing.services.wallet import wallet_adjust, wallet_credit, wallet_get_or_create
+
+__all__ = [
+    "CODE_BUDGET",
+    "CODE_WALLET",
+    "HoldExists",
+    "HoldNotFound",
+    "ahold_open",
+    "ahold_settle",
+    "hold_open",
+    "hold_settle",
+    "holds_expire",
+    "wallet_adjust",
+    "wallet_credit",
+    "wallet_get_or_create",
+]

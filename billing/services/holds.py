@@ -1,0 +1,438 @@
+"""Holds and settlement — the contract the request path uses for every billable call.
+
+How a caller uses it (one call = one ``request_id``)::
+
+    await ahold_open(organization_id=…, project_id=…, api_key_id=…, request_id=rid,
+                     amount_nanos=worst_case, budget_nanos=ctx.monthly_budget_nanos)
+    try:
+        … call the vendor …
+    finally:
+        await ahold_settle(request_id=rid, actual_nanos=cost_so_far)
+
+1. **Open before any vendor call.** :func:`hold_open` reserves ``amount_nanos`` (the worst-case
+   cost: prompt estimate + max output, from :func:`billing.pricing.cost_nanos`) against the
+   organization's *available* balance (balance − open holds). It is atomic: the availability
+   test and the reservation are one conditional ``UPDATE`` (on PostgreSQL one statement that
+   also checks the project budget and inserts the hold), so concurrent calls can never
+   together reserve more than is available.
+
+   - Returns ``None``: the hold is open. **You must settle it** (step 2) on every exit path.
+   - Raises :class:`~config.errors.InsufficientQuota` code ``insufficient_quota``: the wallet
+     cannot cover ``amount_nanos`` (or the organization has no wallet). Nothing was written.
+     Answer 402 as is (it carries ``x-should-retry: false``); do not call the vendor and do
+     not settle.
+   - Raises ``InsufficientQuota`` code ``project_budget_exceeded``: the project's monthly
+     budget (month-to-date usage + its open holds + ``amount_nanos`` > ``budget_nanos``).
+     Nothing was written; same handling.
+   - Raises :class:`HoldExists` if ``request_id`` was used before (a programming error).
+
+2. **Settle exactly once, in ``finally``** — on success, vendor error, client disconnect and
+   cancellation. :func:`hold_settle` debits ``min(actual_nanos, hold amount)`` as one
+   ``usage`` ledger entry (idempotency key ``usage:<request_id>``, with project, key and
+   request id) and releases the rest of the hold, all in one transaction. It returns the
+   nano-USD charged. Calling it again (even concurrently) changes nothing and returns the same
+   amount: the hold row's ``open → settled`` transition is the single arbiter.
+   ``actual_nanos == 0`` closes the hold and writes **no** ledger entry (the balance did not
+   change; the request log still has the call). ``actual_nanos`` above the hold is capped:
+   the platform never charges more than it reserved.
+
+3. **If the process dies** between open and settle, the hold expires after ``ttl_s``:
+   :func:`holds_expire` (Celery beat, every minute) releases it and writes a **zero-amount
+   ``hold_expired`` ledger entry** so the release is visible in the wallet's history. A settle
+   that still arrives later for such a hold charges ``min(actual, amount)`` then (the call
+   happened; it is never free by accident) — the balance may then dip below what was
+   available.
+
+Async callers use :func:`ahold_open` / :func:`ahold_settle` (same contract; the database work
+runs in a worker thread, never on the event loop). Amounts are integer nano-USD.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from asgiref.sync import sync_to_async
+from django.db import IntegrityError, close_old_connections, connection, transaction
+from django.utils import timezone
+
+from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
+from billing.money import nanos_to_usd_str
+from billing.services.wallet import _post, _recharge_on_commit, _wallet_apply
+from config.errors import InsufficientQuota
+
+WALLET = Wallet._meta.db_table
+HOLD = Hold._meta.db_table
+SPEND = ProjectSpend._meta.db_table
+
+CODE_WALLET = "insufficient_quota"
+CODE_BUDGET = "project_budget_exceeded"
+
+
+class HoldExists(ValueError):
+    """``hold_open`` was called twice with the same ``request_id``."""
+
+
+class HoldNotFound(LookupError):
+    """``hold_settle`` was called for a ``request_id`` that has no hold."""
+
+
+def month_start(now: dt.datetime) -> dt.date:
+    """The first day of ``now``'s UTC month (the unit of project budgets)."""
+    return now.astimezone(dt.UTC).date().replace(day=1)
+
+
+# --- open -------------------------------------------------------------------------------------
+
+_OPEN_CTE = f"""
+WITH w AS (
+    UPDATE {WALLET} SET held_nanos = held_nanos + %(amount)s, updated_at = %(now)s
+     WHERE organization_id = %(org)s AND balance_nanos - held_nanos >= %(amount)s
+    RETURNING id
+), s AS (
+    INSERT INTO {SPEND} (project_id, month, used_nanos, held_nanos)
+    SELECT %(project)s, %(month)s, 0, %(amount)s
+     WHERE %(project)s::bigint IS NOT NULL
+       AND (%(budget)s::bigint IS NULL OR %(amount)s <= %(budget)s::bigint)
+    ON CONFLICT (project_id, month) DO UPDATE
+       SET held_nanos = {SPEND}.held_nanos + EXCLUDED.held_nanos
+     WHERE %(budget)s::bigint IS NULL
+        OR {SPEND}.used_nanos + {SPEND}.held_nanos + EXCLUDED.held_nanos <= %(budget)s::bigint
+    RETURNING 1
+)
+INSERT INTO {HOLD} (wallet_id, project_id, api_key_id, request_id, amount_nanos, status,
+                    month, created_at, expires_at)
+SELECT w.id, %(project)s, %(key)s, %(rid)s, %(amount)s, 'open', %(month)s, %(now)s, %(expires)s
+  FROM w
+ WHERE %(project)s::bigint IS NULL OR EXISTS (SELECT 1 FROM s)
+RETURNING id
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class _OpenParams:
+    org: int
+    project: int | None
+    key: int | None
+    rid: str
+    amount: int
+    budget: int | None
+    month: dt.date
+    now: dt.datetime
+    expires: dt.datetime
+
+
+def _open_one_statement(p: _OpenParams) -> bool:
+    """PostgreSQL: wallet reservation, budget check and hold row in one statement.
+
+    Both conditional writes lock their row and re-check it against the latest committed
+    version (``UPDATE`` re-evaluation, ``ON CONFLICT DO UPDATE``), so concurrent holds are
+    serialized per wallet and per project. If one of them refuses, no hold row is inserted
+    and the caller rolls the transaction back (undoing the other).
+    """
+    with connection.cursor() as cur:
+        cur.execute(_OPEN_CTE, {name: getattr(p, name) for name in _OpenParams.__slots__})
+        return cur.fetchone() is not None
+
+
+def _open_steps(p: _OpenParams) -> bool:
+    """Any database: the same writes as :func:`_open_one_statement`, as up to three."""
+    with connection.cursor() as cur:
+        cur.execute(
+            f"UPDATE {WALLET} SET held_nanos = held_nanos + %s, updated_at = %s"
+            " WHERE organization_id = %s AND balance_nanos - held_nanos >= %s RETURNING id",
+            [p.amount, p.now, p.org, p.amount],
+        )
+        row = cur.fetchone()
+        if row is None:
+            return False
+        if p.project is not None:
+            budget = p.budget
+            cur.execute(
+                f"INSERT INTO {SPEND} (project_id, month, used_nanos, held_nanos)"
+                " SELECT %s, %s, 0, %s WHERE %s IS NULL OR %s <= %s"
+                " ON CONFLICT (project_id, month) DO UPDATE"
+                f" SET held_nanos = {SPEND}.held_nanos + excluded.held_nanos"
+                f" WHERE %s IS NULL OR {SPEND}.used_nanos + {SPEND}.held_nanos"
+                " + excluded.held_nanos <= %s RETURNING 1",
+                [p.project, p.month, p.amount, budget, p.amount, budget, budget, budget],
+            )
+            if cur.fetchone() is None:
+                return False
+    Hold.objects.create(
+        wallet_id=row[0],
+        project_id=p.project,
+        api_key_id=p.key,
+        request_id=p.rid,
+        amount_nanos=p.amount,
+        month=p.month,
+        created_at=p.now,
+        expires_at=p.expires,
+    )
+    return True
+
+
+class _Refused(Exception):
+    pass
+
+
+def _refusal(
+    *, organization_id: int, amount_nanos: int, budget_nanos: int | None
+) -> InsufficientQuota:
+    """Which limit refused the hold (read after the rollback; only the error path pays it)."""
+    available = (
+        Wallet.objects.filter(organization_id=organization_id)
+        .values_list("balance_nanos", "held_nanos")
+        .first()
+    )
+    avail = available[0] - available[1] if available else 0
+    if avail >= amount_nanos and budget_nanos is not None:
+        return InsufficientQuota(
+            "This request would exceed the project's monthly budget of "
+            f"${nanos_to_usd_str(budget_nanos)}. Raise the project's budget in the dashboard "
+            "or wait for the next month.",
+            code=CODE_BUDGET,
+        )
+    return InsufficientQuota(
+        "You exceeded your current quota: this request may cost up to "
+        f"${nanos_to_usd_str(amount_nanos)} and your organization's available balance is "
+        f"${nanos_to_usd_str(max(avail, 0))}. Add credit in the dashboard to continue.",
+        code=CODE_WALLET,
+    )
+
+
+def hold_open(
+    *,
+    organization_id: int,
+    project_id: int | None,
+    api_key_id: int | None,
+    request_id: str,
+    amount_nanos: int,
+    budget_nanos: int | None = None,
+    ttl_s: int = 900,
+    _one_statement: bool | None = None,
+) -> None:
+    """Reserve ``amount_nanos`` for ``request_id``; see the module docstring for the contract.
+
+    Raises ``InsufficientQuota`` (``insufficient_quota`` / ``project_budget_exceeded``) with
+    nothing written, or :class:`HoldExists`. ``budget_nanos`` is the project's monthly budget
+    (``None`` = no budget). ``_one_statement`` forces a code path (tests only).
+    """
+    if amount_nanos < 0:
+        raise ValueError("amount_nanos must be >= 0")
+    now = timezone.now()
+    params = _OpenParams(
+        org=organization_id,
+        project=project_id,
+        key=api_key_id,
+        rid=request_id,
+        amount=amount_nanos,
+        budget=budget_nanos,
+        month=month_start(now),
+        now=now,
+        expires=now + dt.timedelta(seconds=ttl_s),
+    )
+    one = connection.vendor == "postgresql" if _one_statement is None else _one_statement
+    try:
+        with transaction.atomic(durable=True):
+            ok = _open_one_statement(params) if one else _open_steps(params)
+            if not ok:
+                raise _Refused
+    except _Refused:
+        raise _refusal(
+            organization_id=organization_id, amount_nanos=amount_nanos, budget_nanos=budget_nanos
+        ) from None
+    except IntegrityError as exc:
+        if Hold.objects.filter(request_id=request_id).exists():
+            raise HoldExists(f"a hold for request {request_id} already exists") from exc
+        raise
+
+
+# --- settle -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Claimed:
+    wallet_id: int
+    project_id: int | None
+    api_key_id: int | None
+    amount_nanos: int
+    captured_nanos: int
+    month: dt.date
+
+
+def _claim(*, request_id: str, actual_nanos: int, from_status: HoldStatus) -> _Claimed | None:
+    """``from_status → settled`` on the hold in one conditional UPDATE (the exactly-once point)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            f"UPDATE {HOLD} SET status = %s,"
+            " captured_nanos = CASE WHEN %s < amount_nanos THEN %s ELSE amount_nanos END,"
+            " closed_at = %s"
+            " WHERE request_id = %s AND status = %s AND captured_nanos IS NULL"
+            " RETURNING wallet_id, project_id, api_key_id, amount_nanos, captured_nanos, month",
+            [
+                HoldStatus.SETTLED,
+                actual_nanos,
+                actual_nanos,
+                timezone.now(),
+                request_id,
+                from_status,
+            ],
+        )
+        row = cur.fetchone()
+    return None if row is None else _Claimed(*row)
+
+
+def _settle_in_tx(*, request_id: str, actual_nanos: int, description: str) -> int | None:
+    claimed = _claim(request_id=request_id, actual_nanos=actual_nanos, from_status=HoldStatus.OPEN)
+    late = False
+    if claimed is None:
+        claimed = _claim(
+            request_id=request_id, actual_nanos=actual_nanos, from_status=HoldStatus.EXPIRED
+        )
+        late = True
+    if claimed is None:
+        return None
+    held_delta = 0 if late else -claimed.amount_nanos
+    charged = claimed.captured_nanos
+    row = _wallet_apply(wallet_id=claimed.wallet_id, balance_delta=-charged, held_delta=held_delta)
+    if claimed.project_id is not None:
+        with connection.cursor() as cur:
+            cur.execute(
+                f"UPDATE {SPEND} SET held_nanos = held_nanos + %s, used_nanos = used_nanos + %s"
+                " WHERE project_id = %s AND month = %s",
+                [held_delta, charged, claimed.project_id, claimed.month],
+            )
+    if charged:
+        LedgerEntry.objects.create(
+            wallet_id=claimed.wallet_id,
+            kind=EntryKind.USAGE,
+            amount_nanos=-charged,
+            balance_after_nanos=row.balance_nanos,
+            idempotency_key=f"usage:{request_id}",
+            project_id=claimed.project_id,
+            api_key_id=claimed.api_key_id,
+            request_id=request_id,
+            description=(description or ("usage (after hold expiry)" if late else ""))[:255],
+        )
+    if row.auto_recharge_due:
+        _recharge_on_commit(wallet_id=claimed.wallet_id)
+    return charged
+
+
+def hold_settle(*, request_id: str, actual_nanos: int, description: str = "") -> int:
+    """Charge ``min(actual_nanos, hold)`` and release the hold; returns the nano-USD charged.
+
+    One durable transaction (hold transition, wallet, project spend, ledger entry). Exactly
+    once: a second call — sequential or concurrent — writes nothing and returns what the first
+    charged. Raises :class:`HoldNotFound` when ``request_id`` never had a hold.
+    """
+    if actual_nanos < 0:
+        raise ValueError("actual_nanos must be >= 0")
+    with transaction.atomic(durable=True):
+        charged = _settle_in_tx(
+            request_id=request_id, actual_nanos=actual_nanos, description=description
+        )
+    if charged is not None:
+        return charged
+    hold = Hold.objects.filter(request_id=request_id).values_list("captured_nanos").first()
+    if hold is None:
+        raise HoldNotFound(f"no hold for request {request_id}")
+    return hold[0] or 0
+
+
+# --- expiry -----------------------------------------------------------------------------------
+
+
+def hold_expire(*, hold_id: int) -> bool:
+    """Release one expired open hold: a zero-amount ``hold_expired`` entry shows it.
+
+    One durable transaction; False when the hold was no longer open (settled meanwhile).
+    """
+    with transaction.atomic(durable=True):
+        with connection.cursor() as cur:
+            cur.execute(
+                f"UPDATE {HOLD} SET status = %s, closed_at = %s WHERE id = %s AND status = %s"
+                " RETURNING wallet_id, project_id, amount_nanos, month, request_id",
+                [HoldStatus.EXPIRED, timezone.now(), hold_id, HoldStatus.OPEN],
+            )
+            row = cur.fetchone()
+            if row is None:
+                return False
+            wallet_id, project_id, amount, month, request_id = row
+            if project_id is not None:
+                cur.execute(
+                    f"UPDATE {SPEND} SET held_nanos = held_nanos - %s"
+                    " WHERE project_id = %s AND month = %s",
+                    [amount, project_id, month],
+                )
+        _post(
+            wallet_id=wallet_id,
+            amount_nanos=0,
+            held_delta=-amount,
+            kind=EntryKind.HOLD_EXPIRED,
+            idempotency_key=f"hold_expired:{request_id}",
+            description=f"Hold of ${nanos_to_usd_str(amount)} released after expiry",
+        )
+    return True
+
+
+def holds_expire(*, now: dt.datetime | None = None, limit: int = 1000) -> int:
+    """Release every open hold whose ``expires_at`` has passed; returns how many."""
+    cutoff = now or timezone.now()
+    ids = list(
+        Hold.objects.filter(status=HoldStatus.OPEN, expires_at__lt=cutoff)
+        .order_by("expires_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    return sum(hold_expire(hold_id=pk) for pk in ids)
+
+
+# --- async ------------------------------------------------------------------------------------
+
+
+def _hold_open_thread(**kwargs: object) -> None:
+    try:
+        hold_open(**kwargs)  # type: ignore[arg-type]
+    finally:
+        close_old_connections()
+
+
+def _hold_settle_thread(**kwargs: object) -> int:
+    try:
+        return hold_settle(**kwargs)  # type: ignore[arg-type]
+    finally:
+        close_old_connections()
+
+
+_hold_open_async = sync_to_async(_hold_open_thread, thread_sensitive=False)
+_hold_settle_async = sync_to_async(_hold_settle_thread, thread_sensitive=False)
+
+
+async def ahold_open(
+    *,
+    organization_id: int,
+    project_id: int | None,
+    api_key_id: int | None,
+    request_id: str,
+    amount_nanos: int,
+    budget_nanos: int | None = None,
+    ttl_s: int = 900,
+) -> None:
+    """:func:`hold_open` for async code (runs in a worker thread; same contract)."""
+    await _hold_open_async(
+        organization_id=organization_id,
+        project_id=project_id,
+        api_key_id=api_key_id,
+        request_id=request_id,
+        amount_nanos=amount_nanos,
+        budget_nanos=budget_nanos,
+        ttl_s=ttl_s,
+    )
+
+
+async def ahold_settle(*, request_id: str, actual_nanos: int, description: str = "") -> int:
+    """:func:`hold_settle` for async code (runs in a worker thread; same contract)."""
+    return await _hold_settle_async(
+        request_id=request_id, actual_nanos=actual_nanos, description=description
+    )

@@ -1,0 +1,34 @@
+"""Celery tasks of billing (thin: each calls one service) and their beat schedule."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from billing.services import holds, recharge
+
+
+@shared_task(name="billing.holds_expire", ignore_result=True)
+def holds_expire() -> int:
+    """Release open holds past their expiry (a process died before settling)."""
+    return holds.holds_expire()
+
+
+@shared_task(name="billing.auto_recharge_wallet", ignore_result=True)
+def auto_recharge_wallet(wallet_id: int) -> str:
+    """Charge one wallet's saved method if its recharge is due (at most once per crossing)."""
+    return str(recharge.auto_recharge_wallet(wallet_id=wallet_id))
+
+
+@shared_task(name="billing.auto_recharge_sweep", ignore_result=True)
+def auto_recharge_sweep() -> int:
+    """Safety net for missed triggers: queue every wallet whose recharge is due."""
+    due = recharge.auto_recharge_due_wallets()
+    for wallet_id in due:
+        auto_recharge_wallet.delay(wallet_id)
+    return len(due)
+
+
+BEAT_SCHEDULE = {
+    "billing.holds_expire": {"task": "billing.holds_expire", "schedule": 60.0},
+    "billing.auto_recharge_sweep": {"task": "billing.auto_recharge_sweep", "schedule": 300.0},
+}

@@ -1,0 +1,173 @@
+"""Holds and settlement: the contract of billing.services.holds, sequentially."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from billing.audit import audit_findings
+from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
+from billing.selectors import ledger_page, project_usage, wallet_summary
+from billing.services import (
+    HoldExists,
+    HoldNotFound,
+    hold_open,
+    hold_settle,
+    holds_expire,
+)
+from config.errors import InsufficientQuota
+from tests.billing.conftest import USD
+
+pytestmark = pytest.mark.django_db
+
+PATHS = [pytest.param(True, id="one-statement"), pytest.param(False, id="steps")]
+
+
+def _open(t, rid, amount, *, budget=None, one=None, ttl_s=900):
+    hold_open(
+        organization_id=t.org.pk,
+        project_id=t.project.pk,
+        api_key_id=t.key.pk,
+        request_id=rid,
+        amount_nanos=amount,
+        budget_nanos=budget,
+        ttl_s=ttl_s,
+        _one_statement=one,
+    )
+
+
+def _wallet(t) -> Wallet:
+    return Wallet.objects.get(organization=t.org)
+
+
+@pytest.mark.parametrize("one", PATHS)
+def test_hold_reserves_and_settle_debits_actual_capped(make_tenant, one):
+    from django.db import connection
+
+    if one and connection.vendor != "postgresql":
+        pytest.skip("the one-statement path is PostgreSQL only")
+    t = make_tenant(balance_nanos=10 * USD)
+    _open(t, "req_a", 3 * USD, one=one)
+    assert wallet_summary(organization_id=t.org.pk).available_nanos == 7 * USD
+    assert hold_settle(request_id="req_a", actual_nanos=2 * USD) == 2 * USD
+    _open(t, "req_b", USD, one=one)
+    assert hold_settle(request_id="req_b", actual_nanos=5 * USD) == USD  # capped at the hold
+    w = _wallet(t)
+    assert (w.balance_nanos, w.held_nanos) == (7 * USD, 0)
+    usage = LedgerEntry.objects.get(idempotency_key="usage:req_a")
+    assert (usage.kind, usage.amount_nanos, usage.request_id) == (
+        EntryKind.USAGE,
+        -2 * USD,
+        "req_a",
+    )
+    assert (usage.project_id, usage.api_key_id) == (t.project.pk, t.key.pk)
+    assert project_usage(organization_id=t.org.pk)[t.project.pk].used_nanos == 3 * USD
+    assert not audit_findings().drift
+
+
+@pytest.mark.parametrize("one", PATHS)
+def test_insufficient_wallet_is_402_and_writes_nothing(make_tenant, one):
+    from django.db import connection
+
+    if one and connection.vendor != "postgresql":
+        pytest.skip("the one-statement path is PostgreSQL only")
+    t = make_tenant(balance_nanos=USD)
+    with pytest.raises(InsufficientQuota) as err:
+        _open(t, "req_x", USD + 1, one=one)
+    assert err.value.code == "insufficient_quota"
+    assert err.value.status == 402 and err.value.headers()["x-should-retry"] == "false"
+    assert "available balance is $1" in err.value.message
+    assert not Hold.objects.exists()
+    assert _wallet(t).held_nanos == 0
+    assert not ProjectSpend.objects.filter(held_nanos__gt=0).exists()
+    _open(t, "req_y", USD, one=one)  # exactly the balance is fine
+
+
+def test_no_wallet_is_insufficient_quota(make_tenant):
+    t = make_tenant()
+    Wallet.objects.filter(organization=t.org).delete()
+    with pytest.raises(InsufficientQuota) as err:
+        _open(t, "req_x", 1)
+    assert err.value.code == "insufficient_quota"
+
+
+@pytest.mark.parametrize("one", PATHS)
+def test_project_budget_counts_usage_and_open_holds(make_tenant, one):
+    from django.db import connection
+
+    if one and connection.vendor != "postgresql":
+        pytest.skip("the one-statement path is PostgreSQL only")
+    t = make_tenant(balance_nanos=100 * USD, budget_nanos=5 * USD)
+    _open(t, "r1", 2 * USD, budget=5 * USD, one=one)
+    hold_settle(request_id="r1", actual_nanos=2 * USD)  # used 2
+    _open(t, "r2", 2 * USD, budget=5 * USD, one=one)  # held 2
+    with pytest.raises(InsufficientQuota) as err:
+        _open(t, "r3", USD + 1, budget=5 * USD, one=one)  # 2 + 2 + 1.000000001 > 5
+    assert err.value.code == "project_budget_exceeded"
+    assert "monthly budget of $5" in err.value.message
+    _open(t, "r4", USD, budget=5 * USD, one=one)  # exactly 5
+    spend = ProjectSpend.objects.get(project=t.project)
+    assert (spend.used_nanos, spend.held_nanos) == (2 * USD, 3 * USD)
+    assert not audit_findings().drift
+
+
+def test_settle_twice_is_one_debit_and_same_result(make_tenant):
+    t = make_tenant(balance_nanos=10 * USD)
+    _open(t, "req_a", 3 * USD)
+    assert hold_settle(request_id="req_a", actual_nanos=USD) == USD
+    assert hold_settle(request_id="req_a", actual_nanos=2 * USD) == USD
+    assert LedgerEntry.objects.filter(kind=EntryKind.USAGE).count() == 1
+    assert _wallet(t).balance_nanos == 9 * USD
+
+
+def test_settle_zero_releases_without_entry(make_tenant):
+    t = make_tenant(balance_nanos=10 * USD)
+    _open(t, "req_a", 3 * USD)
+    assert hold_settle(request_id="req_a", actual_nanos=0) == 0
+    assert not LedgerEntry.objects.filter(kind=EntryKind.USAGE).exists()
+    w = _wallet(t)
+    assert (w.balance_nanos, w.held_nanos) == (10 * USD, 0)
+    assert Hold.objects.get().status == HoldStatus.SETTLED
+
+
+def test_unknown_and_duplicate_request_ids(make_tenant):
+    t = make_tenant(balance_nanos=10 * USD)
+    with pytest.raises(HoldNotFound):
+        hold_settle(request_id="nope", actual_nanos=1)
+    _open(t, "req_a", 1)
+    with pytest.raises(HoldExists):
+        _open(t, "req_a", 1)
+    assert _wallet(t).held_nanos == 1
+
+
+def test_expired_hold_is_released_visibly_and_late_settle_still_charges(make_tenant):
+    t = make_tenant(balance_nanos=10 * USD)
+    _open(t, "req_dead", 4 * USD, ttl_s=1)
+    _open(t, "req_alive", USD)
+    assert holds_expire(now=timezone.now() + dt.timedelta(seconds=5)) == 1
+    assert holds_expire(now=timezone.now() + dt.timedelta(seconds=5)) == 0
+    w = _wallet(t)
+    assert (w.balance_nanos, w.held_nanos) == (10 * USD, USD)
+    entry = ledger_page(organization_id=t.org.pk)[0]
+    assert (entry.kind, entry.amount_nanos) == (EntryKind.HOLD_EXPIRED, 0)
+    assert "released after expiry" in entry.description
+    assert hold_settle(request_id="req_dead", actual_nanos=USD) == USD
+    assert hold_settle(request_id="req_dead", actual_nanos=USD) == USD
+    w = _wallet(t)
+    assert (w.balance_nanos, w.held_nanos) == (9 * USD, USD)
+    assert project_usage(organization_id=t.org.pk)[t.project.pk].held_nanos == USD
+    assert not audit_findings().drift
+
+
+def test_billing_audit_command_reports_drift(make_tenant, capsys):
+    t = make_tenant(balance_nanos=10 * USD)
+    call_command("billing_audit")
+    assert "drift=0" in capsys.readouterr().out
+    Wallet.objects.filter(organization=t.org).update(balance_nanos=11 * USD)
+    with pytest.raises(SystemExit) as exit_:
+        call_command("billing_audit")
+    assert exit_.value.code == 1
+    assert "drift 1000000000" in capsys.readouterr().err
