@@ -142,3 +142,40 @@ class ApiKey(models.Model):
     def display(self) -> str:
         """What the UI and admin show of a key: ``ifr_abcd…wxyz``."""
         return f"{self.prefix}…{self.last_four}"
+
+
+class Invitation(models.Model):
+    """An invitation by e-mail to join an organization with a role.
+
+    Only a hash of the token is stored (the link in the e-mail carries the token). It is
+    accepted once, by a user whose verified e-mail address equals ``email``.
+    """
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="invitations"
+    )
+    email = models.EmailField()
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    token_hash = models.CharField(max_length=64, unique=True)
+    invited_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["organization", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.email} → {self.organization} ({self.role})"
+
+    @property
+    def is_pending(self) -> bool:
+        """Neither accepted, revoked nor expired."""
+        return (
+            self.accepted_at is None
+            and self.revoked_at is None
+            and self.expires_at > timezone.now()
+        )

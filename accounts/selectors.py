@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from django.db.models import QuerySet
+from django.utils import timezone
 
-from accounts.models import ApiKey, Membership, Organization, Project, Role, User
+from accounts.models import ApiKey, Invitation, Membership, Organization, Project, Role, User
 
 
 def organizations_for_user(*, user: User) -> QuerySet[Organization]:
@@ -51,3 +52,56 @@ def api_keys_for_organization(*, organization: Organization) -> QuerySet[ApiKey]
 def api_key_get(*, organization: Organization, key_id: int) -> ApiKey | None:
     """One key of ``organization`` (None for another tenant's id)."""
     return ApiKey.objects.filter(organization=organization, pk=key_id).first()
+
+
+def organization_for_member(*, user: User, slug: str) -> tuple[Organization, Membership] | None:
+    """The organization ``slug`` and ``user``'s membership of it, or None when not a member."""
+    membership = (
+        Membership.objects.select_related("organization")
+        .filter(user=user, organization__slug=slug)
+        .first()
+    )
+    return None if membership is None else (membership.organization, membership)
+
+
+def memberships_for_organization(*, organization: Organization) -> QuerySet[Membership]:
+    """The organization's members with their users, by e-mail."""
+    return (
+        Membership.objects.filter(organization=organization)
+        .select_related("user")
+        .order_by("user__email")
+    )
+
+
+def membership_get_by_id(*, organization: Organization, membership_id: int) -> Membership | None:
+    """One membership of ``organization`` (None for another tenant's id)."""
+    return (
+        Membership.objects.filter(organization=organization, pk=membership_id)
+        .select_related("user")
+        .first()
+    )
+
+
+def invitations_pending_for_organization(*, organization: Organization) -> QuerySet[Invitation]:
+    """Invitations not yet accepted, revoked or expired, newest first."""
+    return Invitation.objects.filter(
+        organization=organization,
+        accepted_at=None,
+        revoked_at=None,
+        expires_at__gt=timezone.now(),
+    ).order_by("-created_at")
+
+
+def invitation_get(*, organization: Organization, invitation_id: int) -> Invitation | None:
+    """One invitation of ``organization`` (None for another tenant's id)."""
+    return Invitation.objects.filter(organization=organization, pk=invitation_id).first()
+
+
+def invitation_get_by_token_hash(*, token_hash: str) -> Invitation | None:
+    """The invitation a link's token belongs to (hash it with ``invitation_token_hash``)."""
+    return Invitation.objects.select_related("organization").filter(token_hash=token_hash).first()
+
+
+def user_get(*, user_id: int) -> User | None:
+    """The user with ``user_id`` or None."""
+    return User.objects.filter(pk=user_id).first()

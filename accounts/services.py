@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import hashlib
+import secrets
+from datetime import datetime, timedelta
 
-from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
 from accounts import keys
-from accounts.models import ApiKey, Membership, Organization, Project, Role, User
+from accounts.models import (
+    ApiKey,
+    Invitation,
+    Membership,
+    Organization,
+    Project,
+    Role,
+    User,
+)
+from config import fastcache
 
 KEY_CACHE_PREFIX = "apikey:"
+INVITATION_TTL = timedelta(days=7)
 
 
 def organization_create(*, name: str, owner: User | None = None, slug: str = "") -> Organization:
@@ -91,4 +102,152 @@ def api_key_update(
 
 def api_key_cache_forget(*, key_hash: str) -> None:
     """Drop the cached authentication of a key (shared cache: all processes see it)."""
-    cache.delete(KEY_CACHE_PREFIX + key_hash)
+    fastcache.delete_sync(KEY_CACHE_PREFIX + key_hash)
+
+
+class LastOwnerError(ValueError):
+    """Raised when a change would leave an organization without an owner."""
+
+
+def _owner_count(*, organization: Organization) -> int:
+    return Membership.objects.filter(organization=organization, role=Role.OWNER).count()
+
+
+def membership_change_role(*, membership: Membership, role: Role | str) -> Membership:
+    """Change a member's role; raises :class:`LastOwnerError` when it demotes the last owner."""
+    with transaction.atomic():
+        locked = Membership.objects.select_for_update().get(pk=membership.pk)
+        if (
+            locked.role == Role.OWNER
+            and role != Role.OWNER
+            and _owner_count(organization=locked.organization) <= 1
+        ):
+            raise LastOwnerError("An organization needs at least one owner.")
+        locked.role = role
+        locked.save(update_fields=["role"])
+    return locked
+
+
+def membership_remove(*, membership: Membership) -> None:
+    """Remove a member; raises :class:`LastOwnerError` for the last owner."""
+    with transaction.atomic():
+        locked = Membership.objects.select_for_update().get(pk=membership.pk)
+        if locked.role == Role.OWNER and _owner_count(organization=locked.organization) <= 1:
+            raise LastOwnerError("An organization needs at least one owner.")
+        locked.delete()
+
+
+def project_update(*, project: Project, name: str, monthly_budget_nanos: int | None) -> Project:
+    """Rename a project and set (or clear, with None) its monthly budget in nano-USD.
+
+    Keys cache the budget for ``INFRAI_KEY_CACHE_TTL_S``; their cached lookups are dropped.
+    """
+    project.name = name
+    project.monthly_budget_nanos = monthly_budget_nanos
+    project.save(update_fields=["name", "monthly_budget_nanos"])
+    _project_keys_cache_forget(project=project)
+    return project
+
+
+def project_archive(*, project: Project) -> Project:
+    """Archive a project: its keys stop authenticating at once (cached lookups dropped)."""
+    if project.archived_at is None:
+        project.archived_at = timezone.now()
+        project.save(update_fields=["archived_at"])
+    _project_keys_cache_forget(project=project)
+    return project
+
+
+def project_unarchive(*, project: Project) -> Project:
+    """Bring an archived project back; its unrevoked keys work again."""
+    project.archived_at = None
+    project.save(update_fields=["archived_at"])
+    _project_keys_cache_forget(project=project)
+    return project
+
+
+def _project_keys_cache_forget(*, project: Project) -> None:
+    for key_hash in ApiKey.objects.filter(project=project).values_list("key_hash", flat=True):
+        api_key_cache_forget(key_hash=key_hash)
+
+
+def user_create(*, email: str, password: str, name: str = "") -> User:
+    """A new, unverified user (the e-mail address is lower-cased)."""
+    return User.objects.create_user(email=email, password=password, name=name)
+
+
+def user_mark_email_verified(*, user: User) -> User:
+    """Record that ``user`` proved they read mail at their address."""
+    if not user.email_verified:
+        user.email_verified = True
+        user.save(update_fields=["email_verified"])
+    return user
+
+
+def invitation_token_hash(token: str) -> str:
+    """The stored form of an invitation token (SHA-256 hex; tokens are 256-bit random)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def invitation_create(
+    *, organization: Organization, email: str, role: Role | str, invited_by: User | None
+) -> tuple[Invitation, str]:
+    """Invite ``email`` into ``organization``; returns the row and the token for the link.
+
+    A pending invitation of the same address is revoked first, so one link is valid at a time.
+    Sending the e-mail is the caller's job (after commit).
+    """
+    email = email.strip().lower()
+    token = secrets.token_urlsafe(32)
+    now = timezone.now()
+    with transaction.atomic():
+        Invitation.objects.filter(
+            organization=organization, email=email, accepted_at=None, revoked_at=None
+        ).update(revoked_at=now)
+        invitation = Invitation.objects.create(
+            organization=organization,
+            email=email,
+            role=role,
+            token_hash=invitation_token_hash(token),
+            invited_by=invited_by,
+            expires_at=now + INVITATION_TTL,
+        )
+    return invitation, token
+
+
+def invitation_revoke(*, invitation: Invitation) -> Invitation:
+    """Make an invitation's link unusable."""
+    if invitation.revoked_at is None and invitation.accepted_at is None:
+        invitation.revoked_at = timezone.now()
+        invitation.save(update_fields=["revoked_at"])
+    return invitation
+
+
+class InvitationError(ValueError):
+    """The invitation cannot be accepted by this user (message says why)."""
+
+
+def invitation_accept(*, invitation: Invitation, user: User) -> Membership:
+    """Accept an invitation for ``user``: exactly once, only by the invited, verified address.
+
+    An existing owner stays owner (an invitation never demotes); anyone else gets the invited
+    role. Raises :class:`InvitationError` with a message fit for the user.
+    """
+    with transaction.atomic():
+        locked = Invitation.objects.select_for_update().get(pk=invitation.pk)
+        if not locked.is_pending:
+            raise InvitationError("This invitation is no longer valid.")
+        if not user.email_verified:
+            raise InvitationError("Verify your e-mail address before accepting invitations.")
+        if user.email.lower() != locked.email:
+            raise InvitationError(f"This invitation was sent to {locked.email}.")
+        existing = Membership.objects.filter(organization=locked.organization, user=user).first()
+        if existing is not None and existing.role == Role.OWNER:
+            membership = existing
+        else:
+            membership = membership_set(
+                organization=locked.organization, user=user, role=locked.role
+            )
+        locked.accepted_at = timezone.now()
+        locked.save(update_fields=["accepted_at"])
+    return membership

@@ -4,4 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-websocket_urlpatterns: list[Any] = []
+from django.urls import path
+
+from dashboard.consumers import LiveConsumer
+
+websocket_urlpatterns: list[Any] = [
+    path("ws/o/<slug:slug>/live/", LiveConsumer.as_asgi()),
+]

@@ -1,8 +1,85 @@
-from django.urls import path
-from django.views.generic import TemplateView
+"""Dashboard URLs. Organization pages live under ``/o/<slug>/``."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import include, path, reverse_lazy
+
+from dashboard.views import auth, keys, orgs, playground, projects, start, usage, wallet
 
 app_name = "dashboard"
 
+org_patterns = [
+    path("", orgs.overview, name="overview"),
+    path("start/", start.getting_started, name="getting_started"),
+    path("members/", orgs.members, name="members"),
+    path("members/invite/", orgs.member_invite, name="member_invite"),
+    path("members/<int:membership_id>/role/", orgs.member_role, name="member_role"),
+    path("members/<int:membership_id>/remove/", orgs.member_remove, name="member_remove"),
+    path(
+        "invitations/<int:invitation_id>/revoke/",
+        orgs.invitation_cancel,
+        name="invitation_revoke",
+    ),
+    path("projects/", projects.project_list, name="projects"),
+    path("projects/new/", projects.project_create_view, name="project_create"),
+    path("projects/<int:project_id>/", projects.project_edit, name="project_edit"),
+    path(
+        "projects/<int:project_id>/archive/",
+        projects.project_archive_toggle,
+        name="project_archive",
+    ),
+    path("keys/", keys.key_list, name="keys"),
+    path("keys/new/", keys.key_create, name="key_create"),
+    path("keys/<int:key_id>/", keys.key_edit, name="key_edit"),
+    path("keys/<int:key_id>/revoke/", keys.key_revoke, name="key_revoke"),
+    path("wallet/", wallet.wallet, name="wallet"),
+    path("wallet/topup/", wallet.topup, name="topup"),
+    path("wallet/auto-recharge/", wallet.auto_recharge, name="auto_recharge"),
+    path("wallet/statement/", wallet.statement, name="statement"),
+    path("usage/", usage.usage, name="usage"),
+    path("usage/requests/", usage.request_log, name="request_log"),
+    path("usage/requests/<str:request_id>/", usage.request_detail, name="request_detail"),
+    path("playground/", playground.playground, name="playground"),
+]
+
 urlpatterns = [
-    path("", TemplateView.as_view(template_name="dashboard/home.html"), name="home"),
+    path("", auth.home, name="home"),
+    path("signup/", auth.signup, name="signup"),
+    path("verify/", auth.verify_pending, name="verify_pending"),
+    path("verify/resend/", auth.verify_resend, name="verify_resend"),
+    path("verify/<str:token>/", auth.verify_email, name="verify_email"),
+    path("orgs/new/", orgs.org_create, name="org_create"),
+    path("orgs/switch/", orgs.org_switch, name="org_switch"),
+    path("invite/<str:token>/", orgs.invitation_accept_view, name="invitation_accept"),
+    path("o/<slug:slug>/", include(org_patterns)),
+]
+
+# Django's own auth views with our templates (success URLs point into this namespace).
+urlpatterns += [
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(next_page="/"), name="logout"),
+    path(
+        "password-reset/",
+        auth_views.PasswordResetView.as_view(
+            success_url=reverse_lazy("dashboard:password_reset_done"),
+            email_template_name="registration/password_reset_email.txt",
+        ),
+        name="password_reset",
+    ),
+    path(
+        "password-reset/sent/",
+        auth_views.PasswordResetDoneView.as_view(),
+        name="password_reset_done",
+    ),
+    path(
+        "password-reset/<uidb64>/<token>/",
+        auth_views.PasswordResetConfirmView.as_view(
+            success_url=reverse_lazy("dashboard:password_reset_complete")
+        ),
+        name="password_reset_confirm",
+    ),
+    path(
+        "password-reset/done/",
+        auth_views.PasswordResetCompleteView.as_view(),
+        name="password_reset_complete",
+    ),
 ]

@@ -1,0 +1,297 @@
+"""Dashboard forms. Money is entered in USD and converted to integer nano-USD here."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+from django.contrib.auth import password_validation
+from django.utils import timezone
+
+from accounts.models import Project, Role, User
+from billing.money import usd_to_nanos
+
+MAX_BUDGET_USD = Decimal("1000000")
+
+
+class SignupForm(forms.Form):
+    email = forms.EmailField(label="E-mail address", max_length=254)
+    password = forms.CharField(
+        label="Password",
+        strip=False,
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
+        help_text="At least 8 characters, not only digits, not a common password.",
+    )
+    organization_name = forms.CharField(
+        label="Organization name",
+        max_length=150,
+        help_text="Your company or team. You can invite others and add more later.",
+    )
+
+    def clean_email(self) -> str:
+        email = self.cleaned_data["email"].strip().lower()
+        if User.objects.filter(email=email).exists():
+            raise forms.ValidationError(
+                "An account with this e-mail address already exists. Log in or reset the password."
+            )
+        return email
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        password = data.get("password")
+        if password:
+            try:
+                password_validation.validate_password(password, User(email=data.get("email", "")))
+            except forms.ValidationError as error:
+                self.add_error("password", error)
+        return data
+
+
+class OrganizationForm(forms.Form):
+    name = forms.CharField(label="Organization name", max_length=150)
+
+
+class InviteForm(forms.Form):
+    email = forms.EmailField(label="E-mail address")
+    role = forms.ChoiceField(label="Role", choices=Role.choices, initial=Role.MEMBER)
+
+    def __init__(self, *args: Any, allow_owner: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["role"]
+        assert isinstance(field, forms.ChoiceField)
+        if not allow_owner:
+            field.choices = [c for c in Role.choices if c[0] != Role.OWNER]
+
+
+class RoleForm(forms.Form):
+    role = forms.ChoiceField(label="Role", choices=Role.choices)
+
+    def __init__(self, *args: Any, allow_owner: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["role"]
+        assert isinstance(field, forms.ChoiceField)
+        if not allow_owner:
+            field.choices = [c for c in Role.choices if c[0] != Role.OWNER]
+
+
+def _usd_to_budget_nanos(value: Decimal | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return usd_to_nanos(value)
+    except ValueError as error:
+        raise forms.ValidationError("Use at most 9 decimal places.") from error
+
+
+class ProjectForm(forms.Form):
+    """Create or edit a project. ``cleaned_data['monthly_budget_nanos']`` is set by ``clean``."""
+
+    name = forms.CharField(label="Project name", max_length=100)
+    monthly_budget_usd = forms.DecimalField(
+        label="Monthly budget (USD)",
+        required=False,
+        min_value=Decimal("0.01"),
+        max_value=MAX_BUDGET_USD,
+        decimal_places=2,
+        help_text="Calls that would exceed it in a calendar month are refused. Empty: no limit.",
+    )
+
+    def __init__(
+        self, *args: Any, organization_id: int, project_id: int | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._organization_id = organization_id
+        self._project_id = project_id
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"].strip()
+        clash = Project.objects.filter(organization_id=self._organization_id, name=name)
+        if self._project_id is not None:
+            clash = clash.exclude(pk=self._project_id)
+        if clash.exists():
+            raise forms.ValidationError("A project with this name already exists.")
+        return name
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        data["monthly_budget_nanos"] = _usd_to_budget_nanos(data.get("monthly_budget_usd"))
+        return data
+
+
+EXPIRY_CHOICES = [
+    ("", "Never"),
+    ("7", "In 7 days"),
+    ("30", "In 30 days"),
+    ("90", "In 90 days"),
+    ("365", "In a year"),
+]
+
+
+class ApiKeyCreateForm(forms.Form):
+    name = forms.CharField(
+        label="Key name",
+        max_length=100,
+        required=False,
+        help_text="Something that tells you where it is used, e.g. “production backend”.",
+    )
+    project = forms.ModelChoiceField(label="Project", queryset=Project.objects.none())
+    expires_in_days = forms.TypedChoiceField(
+        label="Expires",
+        choices=EXPIRY_CHOICES,
+        required=False,
+        coerce=int,
+        empty_value=None,
+    )
+
+    def __init__(self, *args: Any, projects: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["project"]
+        assert isinstance(field, forms.ModelChoiceField)
+        field.queryset = projects
+        field.empty_label = None
+
+    @property
+    def expires_at(self) -> datetime | None:
+        days = self.cleaned_data.get("expires_in_days")
+        return None if days is None else timezone.now() + timedelta(days=days)
+
+
+class ApiKeyEditForm(forms.Form):
+    name = forms.CharField(label="Key name", max_length=100, required=False)
+    expires_on = forms.DateField(
+        label="Expires on (UTC)",
+        required=False,
+        widget=forms.DateInput(attrs={"type": "date"}),
+        help_text="The key stops working at the start of this day. Empty: never.",
+    )
+
+    def clean_expires_on(self) -> date | None:
+        value: date | None = self.cleaned_data.get("expires_on")
+        if value is not None and value <= timezone.now().date():
+            raise forms.ValidationError("Pick a day after today, or revoke the key instead.")
+        return value
+
+    @property
+    def expires_at(self) -> datetime | None:
+        value = self.cleaned_data.get("expires_on")
+        if value is None:
+            return None
+        return datetime.combine(value, time.min, tzinfo=UTC)
+
+
+TOPUP_CHOICES_USD = (10, 25, 50, 100)
+TOPUP_MIN_USD = Decimal("5")
+TOPUP_MAX_USD = Decimal("10000")
+
+
+class TopUpForm(forms.Form):
+    """A preset amount or a custom one (whole cents), in USD."""
+
+    amount = forms.ChoiceField(
+        label="Amount",
+        choices=[(str(a), f"${a}") for a in TOPUP_CHOICES_USD] + [("custom", "Other amount")],
+        initial="25",
+        widget=forms.RadioSelect,
+    )
+    custom_usd = forms.DecimalField(
+        label="Other amount (USD)",
+        required=False,
+        decimal_places=2,
+        min_value=TOPUP_MIN_USD,
+        max_value=TOPUP_MAX_USD,
+        help_text=f"Between ${TOPUP_MIN_USD} and ${TOPUP_MAX_USD:,}.",
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        choice = data.get("amount")
+        if choice == "custom":
+            if data.get("custom_usd") is None and "custom_usd" not in self.errors:
+                self.add_error("custom_usd", "Enter the amount you want to add.")
+                return data
+            amount = data.get("custom_usd")
+        else:
+            amount = Decimal(choice) if choice else None
+        if amount is not None:
+            data["amount_nanos"] = usd_to_nanos(amount)
+        return data
+
+
+class AutoRechargeForm(forms.Form):
+    enabled = forms.BooleanField(label="Recharge automatically", required=False)
+    threshold_usd = forms.DecimalField(
+        label="When the balance falls below (USD)",
+        min_value=Decimal("1"),
+        max_value=TOPUP_MAX_USD,
+        decimal_places=2,
+    )
+    amount_usd = forms.DecimalField(
+        label="Add (USD)", min_value=TOPUP_MIN_USD, max_value=TOPUP_MAX_USD, decimal_places=2
+    )
+
+
+class DateRangeForm(forms.Form):
+    """An inclusive UTC date range of at most 366 days; defaults to the last 30 days."""
+
+    start = forms.DateField(label="From", required=False, widget=forms.DateInput({"type": "date"}))
+    end = forms.DateField(label="To", required=False, widget=forms.DateInput({"type": "date"}))
+    MAX_DAYS = 366
+
+    def range(self) -> tuple[date, date]:
+        """The validated range, or the default when the form is invalid or empty."""
+        today = timezone.now().date()
+        data = self.cleaned_data if self.is_valid() else {}
+        end = data.get("end") or today
+        start = data.get("start") or end - timedelta(days=29)
+        return start, end
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        start, end = data.get("start"), data.get("end")
+        if start and end:
+            if start > end:
+                raise forms.ValidationError("The start date must be on or before the end date.")
+            if (end - start).days >= self.MAX_DAYS:
+                raise forms.ValidationError("Pick a range of at most a year.")
+        return data
+
+
+class LogFilterForm(DateRangeForm):
+    status = forms.ChoiceField(label="Status", required=False)
+    model = forms.CharField(label="Model", required=False, max_length=120)
+    vendor = forms.CharField(label="Vendor", required=False, max_length=64)
+    key = forms.TypedChoiceField(label="Key", required=False, coerce=int, empty_value=None)
+    before = forms.IntegerField(required=False, widget=forms.HiddenInput, min_value=1)
+
+    def __init__(self, *args: Any, keys: Any, statuses: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        status_field = self.fields["status"]
+        assert isinstance(status_field, forms.ChoiceField)
+        status_field.choices = [("", "Any status"), *statuses]
+        key_field = self.fields["key"]
+        assert isinstance(key_field, forms.ChoiceField)
+        key_field.choices = [("", "Any key")] + [
+            (k.pk, f"{k.name or 'unnamed'} ({k.display})") for k in keys
+        ]
+
+
+class StatementForm(forms.Form):
+    month = forms.DateField(
+        label="Month",
+        input_formats=["%Y-%m"],
+        widget=forms.DateInput({"type": "month"}, format="%Y-%m"),
+    )
+    format = forms.ChoiceField(choices=[("csv", "CSV"), ("pdf", "PDF")])
+
+
+class PlaygroundForm(forms.Form):
+    project = forms.ModelChoiceField(label="Project", queryset=Project.objects.none())
+
+    def __init__(self, *args: Any, projects: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["project"]
+        assert isinstance(field, forms.ModelChoiceField)
+        field.queryset = projects
+        field.empty_label = None

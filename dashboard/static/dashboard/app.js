@@ -1,0 +1,124 @@
+// Copy buttons and the live websocket. No framework; everything works without JS except the
+// live counters and the clipboard.
+(function () {
+  "use strict";
+
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-copy-target]");
+    if (!button) return;
+    var source = document.getElementById(button.getAttribute("data-copy-target"));
+    var text = source ? source.textContent.trim() : "";
+    var done = function () {
+      button.textContent = "Copied";
+      var status = document.getElementById("copy-status");
+      if (status) status.textContent = "Copied to the clipboard.";
+    };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(done);
+    } else {
+      var area = document.createElement("textarea");
+      area.value = text;
+      document.body.appendChild(area);
+      area.select();
+      document.execCommand("copy");
+      area.remove();
+      done();
+    }
+  });
+
+  function addNumber(el, delta) {
+    var current = parseInt(el.getAttribute("data-value") || "0", 10);
+    var next = current + delta;
+    el.setAttribute("data-value", String(next));
+    el.textContent = next.toLocaleString("en-US");
+  }
+
+  function addUsd(el, deltaNanos) {
+    var current = BigInt(el.getAttribute("data-nanos") || "0");
+    var next = current + BigInt(deltaNanos);
+    el.setAttribute("data-nanos", next.toString());
+    var cents = next / 10000000n;  // whole cents, truncated toward zero
+    var sign = cents < 0n ? "-" : "";
+    if (cents < 0n) cents = -cents;
+    var dollars = (cents / 100n).toLocaleString("en-US");
+    var rest = (cents % 100n).toString().padStart(2, "0");
+    el.textContent = sign + "$" + dollars + "." + rest;
+  }
+
+  function onUsage(msg) {
+    document.querySelectorAll("[data-live-count=requests]").forEach(function (el) {
+      addNumber(el, 1);
+    });
+    document.querySelectorAll("[data-live-count=tokens]").forEach(function (el) {
+      addNumber(el, msg.input_tokens + msg.output_tokens);
+    });
+    document.querySelectorAll("[data-live-cost]").forEach(function (el) {
+      addUsd(el, msg.cost_nanos);
+    });
+    var table = document.querySelector("[data-live-log]");
+    if (table) {
+      var empty = document.querySelector("[data-live-empty]");
+      if (empty) empty.hidden = true;
+      table.hidden = false;
+      var row = document.createElement("tr");
+      row.className = "flash";
+      var base = table.getAttribute("data-detail-base") || "";
+      var cells = [
+        "just now", msg.model, msg.vendor, msg.status,
+        String(msg.input_tokens + msg.output_tokens), msg.cost_display, msg.latency_ms + " ms",
+      ];
+      cells.forEach(function (text, i) {
+        var td = document.createElement("td");
+        if (i === 0) {
+          var a = document.createElement("a");
+          a.href = base + encodeURIComponent(msg.request_id) + "/";
+          a.textContent = text;
+          td.appendChild(a);
+        } else {
+          td.textContent = text;
+        }
+        if (i >= 4) td.className = "num";
+        row.appendChild(td);
+      });
+      row.setAttribute("data-request-id", msg.request_id);
+      table.querySelector("tbody").prepend(row);
+    }
+  }
+
+  function onBalance(msg) {
+    document.querySelectorAll("[data-live-balance]").forEach(function (el) {
+      el.textContent = msg.balance_display;
+    });
+    document.querySelectorAll("[data-live-available]").forEach(function (el) {
+      el.textContent = msg.available_display;
+    });
+    document.querySelectorAll("[data-live-held]").forEach(function (el) {
+      el.textContent = msg.held_display;
+    });
+  }
+
+  function connect(slug, attempt) {
+    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    var socket = new WebSocket(scheme + location.host + "/ws/o/" + slug + "/live/");
+    var dot = document.getElementById("live-dot");
+    socket.onopen = function () {
+      attempt = 0;
+      if (dot) { dot.classList.add("on"); dot.title = "Live updates on"; }
+      document.body.setAttribute("data-live", "on");
+    };
+    socket.onmessage = function (event) {
+      var msg = JSON.parse(event.data);
+      if (msg.kind === "usage") onUsage(msg);
+      if (msg.kind === "balance") onBalance(msg);
+    };
+    socket.onclose = function (event) {
+      document.body.setAttribute("data-live", "off");
+      if (dot) { dot.classList.remove("on"); dot.title = "Live updates off"; }
+      if (event.code === 4403) return;
+      setTimeout(function () { connect(slug, attempt + 1); }, Math.min(30000, 1000 * 2 ** attempt));
+    };
+  }
+
+  var slug = document.body.getAttribute("data-org");
+  if (slug && "WebSocket" in window) connect(slug, 0);
+})();

@@ -1,0 +1,87 @@
+"""Sign-up, e-mail verification and the landing redirect (log in/out and password reset are
+Django's own views with our templates under ``templates/registration/``)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth import login
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from accounts.models import User
+from accounts.selectors import organizations_for_user, user_get
+from accounts.services import user_mark_email_verified
+from dashboard import services
+from dashboard.forms import SignupForm
+
+
+def _send_verification(request: HttpRequest, user: User) -> None:
+    token = services.verification_token_make(user=user)
+    url = request.build_absolute_uri(reverse("dashboard:verify_email", args=[token]))
+    services.verification_email_send(user=user, verify_url=url)
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    """Signed out: the landing page. Signed in: the last organization used (or the first)."""
+    if not request.user.is_authenticated:
+        return render(request, "dashboard/landing.html")
+    assert isinstance(request.user, User)
+    if not request.user.email_verified:
+        return redirect("dashboard:verify_pending")
+    orgs = organizations_for_user(user=request.user)
+    slug = request.session.get("org_slug")
+    org = orgs.filter(slug=slug).first() if slug else None
+    org = org or orgs.first()
+    if org is None:
+        return redirect("dashboard:org_create")
+    return redirect("dashboard:overview", slug=org.slug)
+
+
+def signup(request: HttpRequest) -> HttpResponse:
+    if request.user.is_authenticated:
+        return redirect("dashboard:home")
+    form = SignupForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        user = services.signup(
+            email=form.cleaned_data["email"],
+            password=form.cleaned_data["password"],
+            organization_name=form.cleaned_data["organization_name"],
+        )
+        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        _send_verification(request, user)
+        return redirect("dashboard:verify_pending")
+    return render(request, "registration/signup.html", {"form": form})
+
+
+@login_required
+def verify_pending(request: HttpRequest) -> HttpResponse:
+    assert isinstance(request.user, User)
+    if request.user.email_verified:
+        return redirect("dashboard:home")
+    return render(request, "registration/verify_pending.html")
+
+
+@login_required
+@require_POST
+def verify_resend(request: HttpRequest) -> HttpResponse:
+    assert isinstance(request.user, User)
+    if not request.user.email_verified:
+        _send_verification(request, request.user)
+        messages.success(request, f"We sent a new link to {request.user.email}.")
+    return redirect("dashboard:verify_pending")
+
+
+def verify_email(request: HttpRequest, token: str) -> HttpResponse:
+    """Open the link from the e-mail: mark the address verified if the token still matches."""
+    found = services.verification_token_read(token=token)
+    user = user_get(user_id=found[0]) if found else None
+    if found is None or user is None or user.email != found[1]:
+        return render(request, "registration/verify_invalid.html", status=400)
+    user_mark_email_verified(user=user)
+    messages.success(request, "Your e-mail address is verified.")
+    if request.user.is_authenticated and request.user.pk == user.pk:
+        return redirect("dashboard:home")
+    return redirect("dashboard:login")

@@ -1,0 +1,91 @@
+"""API keys: list, create (the full key shown once), rename, expiry, revoke."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from accounts.selectors import api_key_get, api_keys_for_organization, projects_for_organization
+from accounts.services import api_key_create, api_key_revoke, api_key_update
+from dashboard.forms import ApiKeyCreateForm, ApiKeyEditForm
+from dashboard.permissions import USE_KEYS, OrgContext, org_view
+from dashboard.views.common import no_store, raise_404, render_org
+
+
+def _list_page(
+    request: HttpRequest, ctx: OrgContext, form: ApiKeyCreateForm | None, *, status: int = 200
+) -> HttpResponse:
+    projects = projects_for_organization(organization=ctx.organization)
+    return render_org(
+        request,
+        ctx,
+        "dashboard/keys.html",
+        {
+            "keys": api_keys_for_organization(organization=ctx.organization),
+            "form": form or ApiKeyCreateForm(projects=projects),
+            "has_projects": projects.exists(),
+            "now": timezone.now(),
+        },
+        status=status,
+    )
+
+
+@org_view()
+def key_list(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
+    """The keys (never their secret part); members who may also see the create form."""
+    return _list_page(request, ctx, None)
+
+
+@org_view(USE_KEYS)
+@require_POST
+def key_create(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
+    """Create a key and show it in this response only; it is never shown again."""
+    projects = projects_for_organization(organization=ctx.organization)
+    form = ApiKeyCreateForm(request.POST, projects=projects)
+    if not form.is_valid():
+        return _list_page(request, ctx, form, status=400)
+    api_key, raw = api_key_create(
+        project=form.cleaned_data["project"],
+        name=form.cleaned_data["name"],
+        expires_at=form.expires_at,
+        created_by=ctx.user,
+    )
+    page = render_org(
+        request,
+        ctx,
+        "dashboard/key_created.html",
+        {"api_key": api_key, "raw_key": raw, "base_url": settings.INFRAI_PUBLIC_BASE_URL},
+    )
+    return no_store(page)
+
+
+@org_view(USE_KEYS)
+def key_edit(request: HttpRequest, ctx: OrgContext, key_id: int) -> HttpResponse:
+    api_key = api_key_get(organization=ctx.organization, key_id=key_id)
+    if api_key is None:
+        raise_404()
+    initial = {
+        "name": api_key.name,
+        "expires_on": api_key.expires_at.date() if api_key.expires_at else None,
+    }
+    form = ApiKeyEditForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        api_key_update(api_key=api_key, name=form.cleaned_data["name"], expires_at=form.expires_at)
+        messages.success(request, f"Saved key {api_key.display}.")
+        return redirect("dashboard:keys", slug=ctx.organization.slug)
+    return render_org(request, ctx, "dashboard/key_edit.html", {"api_key": api_key, "form": form})
+
+
+@org_view(USE_KEYS)
+@require_POST
+def key_revoke(request: HttpRequest, ctx: OrgContext, key_id: int) -> HttpResponse:
+    api_key = api_key_get(organization=ctx.organization, key_id=key_id)
+    if api_key is None:
+        raise_404()
+    api_key_revoke(api_key=api_key)
+    messages.success(request, f"Revoked {api_key.display}. Calls with it now fail with 401.")
+    return redirect("dashboard:keys", slug=ctx.organization.slug)

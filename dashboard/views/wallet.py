@@ -1,0 +1,133 @@
+"""The wallet: balance, open holds, ledger, top-ups, auto-recharge, monthly statements.
+
+Only owners, admins and billing members get here (``SEE_BILLING``).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from billing.money import NANOS_PER_USD
+from dashboard import billing_reads, statements, topups
+from dashboard.forms import AutoRechargeForm, StatementForm, TopUpForm
+from dashboard.permissions import SEE_BILLING, OrgContext, org_view
+from dashboard.views.common import render_org
+
+
+def _usd(nanos: int) -> Decimal:
+    return Decimal(nanos) / NANOS_PER_USD
+
+
+def _int_param(request: HttpRequest, name: str) -> int | None:
+    value = request.GET.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+def _wallet_page(
+    request: HttpRequest,
+    ctx: OrgContext,
+    *,
+    topup_form: TopUpForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    org = ctx.organization
+    summary = billing_reads.wallet_summary(organization=org)
+    before = _int_param(request, "before")
+    page_size = 25
+    entries = billing_reads.ledger_page(organization=org, before_id=before, limit=page_size + 1)
+    has_more = len(entries) > page_size
+    entries = entries[:page_size]
+    today = timezone.now().date()
+    return render_org(
+        request,
+        ctx,
+        "dashboard/wallet.html",
+        {
+            "summary": summary,
+            "holds": billing_reads.open_holds(organization=org),
+            "entries": entries,
+            "next_before": entries[-1].pk if has_more else None,
+            "topup_form": topup_form or TopUpForm(),
+            "topups_available": topups.available(),
+            "recharge_form": AutoRechargeForm(
+                initial={
+                    "enabled": summary.auto_recharge_enabled,
+                    "threshold_usd": _usd(summary.auto_recharge_threshold_nanos) or 10,
+                    "amount_usd": _usd(summary.auto_recharge_amount_nanos) or 25,
+                }
+            ),
+            "statement_form": StatementForm(initial={"month": today.replace(day=1)}),
+        },
+        status=status,
+    )
+
+
+@org_view(SEE_BILLING)
+def wallet(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
+    return _wallet_page(request, ctx)
+
+
+@org_view(SEE_BILLING)
+@require_POST
+def topup(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
+    """Start a Stripe Checkout for the chosen amount; the webhook credits, never the redirect."""
+    form = TopUpForm(request.POST)
+    if not form.is_valid():
+        return _wallet_page(request, ctx, topup_form=form, status=400)
+    wallet_url = request.build_absolute_uri(f"/o/{ctx.organization.slug}/wallet/")
+    result = topups.checkout_start(
+        organization=ctx.organization,
+        amount_nanos=form.cleaned_data["amount_nanos"],
+        user=ctx.user,
+        success_url=wallet_url + "?topup=success",
+        cancel_url=wallet_url + "?topup=cancelled",
+    )
+    if result.error:
+        messages.error(request, result.error)
+        return redirect("dashboard:wallet", slug=ctx.organization.slug)
+    return redirect(result.url)
+
+
+@org_view(SEE_BILLING)
+@require_POST
+def auto_recharge(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
+    form = AutoRechargeForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Check the auto-recharge amounts: " + form.errors.as_text())
+    else:
+        error = topups.auto_recharge_save(
+            organization=ctx.organization,
+            enabled=form.cleaned_data["enabled"],
+            threshold_usd=form.cleaned_data["threshold_usd"],
+            amount_usd=form.cleaned_data["amount_usd"],
+        )
+        if error:
+            messages.error(request, error)
+        else:
+            messages.success(request, "Saved the auto-recharge settings.")
+    return redirect("dashboard:wallet", slug=ctx.organization.slug)
+
+
+@org_view(SEE_BILLING)
+def statement(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
+    """``?month=YYYY-MM&format=csv|pdf`` → a download."""
+    form = StatementForm(request.GET)
+    if not form.is_valid():
+        messages.error(request, "Pick a month for the statement.")
+        return redirect("dashboard:wallet", slug=ctx.organization.slug)
+    month = form.cleaned_data["month"]
+    data = billing_reads.statement(organization=ctx.organization, month=month)
+    name = f"infrai-statement-{ctx.organization.slug}-{month:%Y-%m}"
+    if form.cleaned_data["format"] == "pdf":
+        response = HttpResponse(statements.statement_pdf(data), content_type="application/pdf")
+        response["Content-Disposition"] = f'attachment; filename="{name}.pdf"'
+    else:
+        response = HttpResponse(statements.statement_csv(data), content_type="text/csv")
+        response["Content-Disposition"] = f'attachment; filename="{name}.csv"'
+    return response

@@ -1,0 +1,66 @@
+"""Fixtures of the dashboard tests: users, organizations with roles, and the browser."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from accounts.models import Organization, Role, User
+from accounts.services import membership_set, organization_create
+
+
+@pytest.fixture
+def make_user(db: None) -> Callable[..., User]:
+    def make(email: str = "ada@example.com", *, verified: bool = True) -> User:
+        return User.objects.create_user(
+            email=email, password="correct horse battery", email_verified=verified
+        )
+
+    return make
+
+
+@pytest.fixture
+def make_org(db: None) -> Callable[..., Organization]:
+    def make(name: str = "Acme", *, owner: User | None = None) -> Organization:
+        return organization_create(name=name, owner=owner)
+
+    return make
+
+
+@pytest.fixture
+def member_client(
+    make_user: Callable[..., User], make_org: Callable[..., Organization]
+) -> Callable[..., tuple[Client, User, Organization]]:
+    """``member_client(role, org=None)`` → a logged-in client whose user has ``role`` in org."""
+    counter = {"n": 0}
+
+    def make(
+        role: Role = Role.OWNER, org: Organization | None = None
+    ) -> tuple[Client, User, Organization]:
+        counter["n"] += 1
+        user = make_user(f"{role.value}{counter['n']}@example.com")
+        org = org or make_org(f"Org {counter['n']}")
+        membership_set(organization=org, user=user, role=role)
+        client = Client()
+        client.force_login(user)
+        return client, user, org
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+    """Debian's chromium (Playwright's own browser download does not work here)."""
+    return {
+        **browser_type_launch_args,
+        "executable_path": "/usr/bin/chromium",
+        "args": [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-quic",
+        ],
+    }
