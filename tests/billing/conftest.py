@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import secrets
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
+import stripe
 from django.db import connection
 
 from accounts.models import ApiKey, Organization, Project
 from accounts.services import api_key_create, organization_create, project_create
 from billing.models import EntryKind
 from billing.services import wallet_credit, wallet_get_or_create
+from tests.live import free_port, wait_http
 
 USD = 1_000_000_000
 
@@ -53,3 +59,69 @@ def make_tenant() -> Callable[..., Tenant]:
         return Tenant(org=org, project=project, key=key)
 
     return make
+
+
+# --- Stripe: localstripe in-process, hand-made signed events ----------------------------------
+
+WEBHOOK_SECRET = "whsec_test_infrai_billing"
+
+
+@pytest.fixture(scope="session")
+def localstripe_url() -> Iterator[str]:
+    """A ``localstripe`` server on 127.0.0.1, state in memory (its disk dump patched out)."""
+    import asyncio
+
+    import localstripe.resources
+    import localstripe.server
+    from aiohttp import web
+
+    localstripe.resources.Store.dump_to_disk = lambda self: None  # type: ignore[method-assign]
+    port = free_port()
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(localstripe.server.app, access_log=None)
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, name="localstripe", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/v1/customers")
+    yield url
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def stripe_settings(settings: Any, localstripe_url: str) -> Any:
+    """Point the one Stripe module at localstripe and set the webhook secret."""
+    settings.STRIPE_SECRET_KEY = "sk_test_infrai"
+    settings.STRIPE_API_BASE = localstripe_url
+    settings.STRIPE_WEBHOOK_SECRET = WEBHOOK_SECRET
+    return settings
+
+
+def stripe_event(type_: str, obj: dict[str, Any], *, event_id: str | None = None) -> dict[str, Any]:
+    """A hand-made Stripe event around ``obj``."""
+    return {
+        "id": event_id or f"evt_{secrets.token_hex(12)}",
+        "object": "event",
+        "type": type_,
+        "created": int(time.time()),
+        "livemode": False,
+        "data": {"object": obj},
+    }
+
+
+def signed(
+    event: dict[str, Any], *, secret: str = WEBHOOK_SECRET, age_s: int = 0
+) -> tuple[bytes, str]:
+    """The exact bytes and ``Stripe-Signature`` header Stripe would send (real scheme)."""
+    payload = json.dumps(event)
+    header = stripe.WebhookSignature.generate_signature_header(
+        payload, secret, timestamp=int(time.time()) - age_s
+    )
+    return payload.encode(), header

@@ -1,0 +1,71 @@
+"""The 402 path end to end: the official OpenAI SDK against the live server.
+
+The chat endpoint is built elsewhere; this module registers a small authenticated route that
+opens a hold exactly as the request path does, and counts the requests the server saw.
+"""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from accounts.models import Project
+from billing.services import ahold_open, ahold_settle
+from inference.http import ApiRequest, Response, json_response, route
+
+SEEN: list[str] = []
+
+
+async def _hold_route(request: ApiRequest) -> Response:
+    SEEN.append(request.request_id)
+    ctx = request.caller
+    await ahold_open(
+        organization_id=ctx.organization_id,
+        project_id=ctx.project_id,
+        api_key_id=ctx.key_id,
+        request_id=request.request_id,
+        amount_nanos=2_000_000,
+        budget_nanos=ctx.monthly_budget_nanos,
+    )
+    charged = await ahold_settle(request_id=request.request_id, actual_nanos=1_000_000)
+    return json_response({"object": "test.hold", "charged_nanos": charged})
+
+
+route("/v1/test-billing/hold", methods={"POST": _hold_route})
+
+
+def _call(api_base: str, key: str) -> object:
+    client = openai.OpenAI(base_url=api_base, api_key=key)  # default max_retries (2)
+    return client.post("/test-billing/hold", body={}, cast_to=object)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_empty_wallet_is_402_insufficient_quota_and_never_retried(api_base, issue_key):
+    key = issue_key(credit_usd="0")
+    SEEN.clear()
+    with pytest.raises(openai.APIStatusError) as err:
+        _call(api_base, key)
+    print(f"\n[402] status={err.value.status_code} code={err.value.code} server_saw={len(SEEN)}")
+    assert err.value.status_code == 402
+    assert err.value.code == "insufficient_quota"
+    assert err.value.response.headers["x-should-retry"] == "false"
+    assert "available balance is $0" in err.value.message
+    assert len(SEEN) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_project_budget_is_402_with_its_own_code(api_base, issue_key):
+    key = issue_key(org="budgeted", project="p", credit_usd="5")
+    Project.objects.filter(name="p").update(monthly_budget_nanos=1_000_000)
+    SEEN.clear()
+    with pytest.raises(openai.APIStatusError) as err:
+        _call(api_base, key)
+    assert err.value.status_code == 402
+    assert err.value.code == "project_budget_exceeded"
+    assert len(SEEN) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_funded_wallet_goes_through(api_base, issue_key):
+    key = issue_key(org="funded", credit_usd="1")
+    assert _call(api_base, key) == {"object": "test.hold", "charged_nanos": 1_000_000}
