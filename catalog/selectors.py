@@ -17,7 +17,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
@@ -35,6 +34,7 @@ from catalog.types import (
     VendorHealth,
     VendorView,
 )
+from config.db import db_async
 
 VERSION_KEY = "catalog:version"
 _VERSION_TTL_S = None  # forever
@@ -217,7 +217,7 @@ async def _acatalog_version() -> str:
     return str(version)
 
 
-_build_snapshot_async = sync_to_async(build_snapshot, thread_sensitive=False)
+_build_snapshot_async = db_async(build_snapshot)
 
 
 async def catalog_snapshot() -> CatalogSnapshot:

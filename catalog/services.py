@@ -144,6 +144,7 @@ class ProbeResult:
     vendor: str
     models: tuple[str, ...] | None
     error: str = ""
+    unreachable: bool = False  # the call itself failed (worth retrying), not configuration
 
 
 def _probe_headers(vendor: Vendor) -> dict[str, str]:
@@ -189,7 +190,7 @@ def vendor_probe(*, vendor: Vendor, timeout_s: float = _PROBE_TIMEOUT_S) -> Prob
         health.record_failure(vendor.name)
         error = f"{type(exc).__name__}: {exc}"[:500]
         _record_probe(vendor=vendor, models=None, error=error)
-        return ProbeResult(vendor.name, None, error)
+        return ProbeResult(vendor.name, None, error, unreachable=True)
     health.record_success(vendor.name, int((time.monotonic() - started) * 1000))
     _record_probe(vendor=vendor, models=models, error="")
     return ProbeResult(vendor.name, models)

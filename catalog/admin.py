@@ -1,0 +1,289 @@
+"""Staff pages for the catalog: vendors (with health and routable offerings), models, offerings,
+prices (history: add-only) and the parameter-matrix editor (models × parameters, one form).
+
+Every save here bumps the catalog version so all processes rebuild their routing snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.forms import BaseModelFormSet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html_join
+
+from catalog import health
+from catalog.models import Model, Offering, Parameter, ParameterRule, Price, Support, Vendor
+from catalog.selectors import build_snapshot, credentials_configured, vendor_base_url
+from catalog.services import Cell, catalog_changed, matrix_cells, matrix_update, vendor_probe
+
+
+class CatalogChangeMixin:
+    """Bump the catalog version after every admin write."""
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)  # type: ignore[misc]
+        catalog_changed()
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        super().delete_model(request, obj)  # type: ignore[misc]
+        catalog_changed()
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        super().delete_queryset(request, queryset)  # type: ignore[misc]
+        catalog_changed()
+
+    def save_related(
+        self, request: HttpRequest, form: Any, formsets: list[BaseModelFormSet], change: bool
+    ) -> None:
+        super().save_related(request, form, formsets, change)  # type: ignore[misc]
+        catalog_changed()
+
+
+class OfferingInline(admin.TabularInline):
+    model = Offering
+    extra = 0
+    fields = ("vendor", "model", "upstream_model", "priority", "enabled")
+
+
+class ParameterRuleInline(admin.TabularInline):
+    model = ParameterRule
+    extra = 0
+    fields = ("parameter", "support", "accepted_values", "note")
+
+
+class PriceInline(admin.TabularInline):
+    """Existing prices are history (read-only); a price change is a new row."""
+
+    model = Price
+    extra = 0
+    fields = (
+        "effective_from",
+        "input_per_mtok_nanos",
+        "cached_input_per_mtok_nanos",
+        "output_per_mtok_nanos",
+        "per_image_nanos",
+        "per_mchar_nanos",
+        "per_audio_second_nanos",
+        "source",
+    )
+    ordering = ("-effective_from",)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Vendor)
+class VendorAdmin(CatalogChangeMixin, admin.ModelAdmin):
+    list_display = (
+        "name",
+        "adapter_kind",
+        "region",
+        "enabled",
+        "credentials",
+        "circuit",
+        "verified_at",
+        "routable_offerings",
+    )
+    list_filter = ("adapter_kind", "enabled", "region")
+    search_fields = ("name", "display_name")
+    readonly_fields = (
+        "effective_base_url",
+        "credentials",
+        "circuit",
+        "verified_models",
+        "verified_at",
+        "last_probe_error",
+        "routable_offerings",
+    )
+    actions = ("probe_now", "reset_circuit")
+    inlines = (OfferingInline,)
+
+    @admin.display(description="credentials")
+    def credentials(self, obj: Vendor) -> str:
+        if not obj.credentials_env:
+            return "none needed"
+        state = "configured" if credentials_configured(obj.credentials_env) else "NOT configured"
+        return f"{obj.credentials_env}: {state}"
+
+    @admin.display(description="circuit / latency")
+    def circuit(self, obj: Vendor) -> str:
+        found = health.health_of([obj.name])[obj.name]
+        latency = f"{found.latency_ms} ms" if found.latency_ms is not None else "no data"
+        return f"{found.state.value}, {latency}, {found.consecutive_failures} recent failures"
+
+    @admin.display(description="base URL in use")
+    def effective_base_url(self, obj: Vendor) -> str:
+        return vendor_base_url(obj)
+
+    @admin.display(description="routable offerings")
+    def routable_offerings(self, obj: Vendor) -> str:
+        snapshot = build_snapshot()
+        offerings = [o for o in snapshot.offerings if o.vendor == obj.name]
+        if not offerings:
+            return "-"
+        return format_html_join(
+            "",
+            "<div>{}: {}</div>",
+            (
+                (o.model_id, "routable" if o.routable else f"not routable — {o.unroutable_reason}")
+                for o in offerings
+            ),
+        )
+
+    @admin.action(description="Probe /models now")
+    def probe_now(self, request: HttpRequest, queryset: QuerySet[Vendor]) -> None:
+        for vendor in queryset:
+            found = vendor_probe(vendor=vendor)
+            level = messages.ERROR if found.error else messages.SUCCESS
+            text = found.error or f"{len(found.models or ())} models listed"
+            self.message_user(request, f"{vendor.name}: {text}", level)
+
+    @admin.action(description="Reset circuit breaker")
+    def reset_circuit(self, request: HttpRequest, queryset: QuerySet[Vendor]) -> None:
+        for vendor in queryset:
+            health.reset(vendor.name)
+        self.message_user(request, "Circuits reset.", messages.SUCCESS)
+
+
+@admin.register(Model)
+class ModelAdmin(CatalogChangeMixin, admin.ModelAdmin):
+    list_display = ("model_id", "owned_by", "quality_tier", "capability_list", "context_window")
+    search_fields = ("model_id", "display_name", "owned_by")
+    list_filter = ("owned_by", "quality_tier")
+    inlines = (ParameterRuleInline, OfferingInline)
+    change_list_template = "admin/catalog/model/change_list.html"
+
+    @admin.display(description="capabilities")
+    def capability_list(self, obj: Model) -> str:
+        return ", ".join(obj.capabilities or ())
+
+    def get_urls(self) -> list[URLPattern]:
+        matrix = path(
+            "matrix/",
+            self.admin_site.admin_view(self.matrix_view),
+            name="catalog_model_matrix",
+        )
+        return [matrix, *super().get_urls()]
+
+    def matrix_view(self, request: HttpRequest) -> HttpResponse:
+        """The parameter matrix: chat models as rows, parameters as columns, saved at once."""
+        if not request.user.has_perm("catalog.change_parameterrule"):
+            raise PermissionDenied
+        models = [
+            m
+            for m in Model.objects.order_by("model_id")
+            if {"chat", "responses"} & set(m.capabilities or ())
+        ]
+        if request.method == "POST":
+            cells, errors = _cells_from_post(request.POST, models)
+            if errors:
+                for error in errors:
+                    messages.error(request, error)
+            else:
+                changes = matrix_update(user=request.user, cells=cells)  # type: ignore[arg-type]
+                count = sum(len(v) for v in changes.values())
+                messages.success(request, f"Matrix saved: {count} cell(s) changed.")
+                return HttpResponseRedirect(reverse("admin:catalog_model_matrix"))
+        current = matrix_cells()
+        rows = [
+            {
+                "model": m,
+                "cells": [
+                    _cell_context(m, p, current.get((m.model_id, p), Cell(Support.HONOURED)))
+                    for p in Parameter.values
+                ],
+            }
+            for m in models
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Parameter matrix",
+            "opts": self.model._meta,
+            "parameters": Parameter.values,
+            "supports": Support.choices,
+            "rows": rows,
+        }
+        return TemplateResponse(request, "admin/catalog/matrix.html", context)
+
+
+def _cell_context(model: Model, parameter: str, cell: Cell) -> dict[str, Any]:
+    return {
+        "name": f"cell-{model.pk}-{parameter}",
+        "accepted_name": f"accepted-{model.pk}-{parameter}",
+        "support": cell.support.value,
+        "accepted": json.dumps(list(cell.accepted_values)) if cell.accepted_values else "",
+    }
+
+
+def _cells_from_post(
+    data: Any, models: list[Model]
+) -> tuple[dict[tuple[str, str], Cell], list[str]]:
+    cells: dict[tuple[str, str], Cell] = {}
+    errors: list[str] = []
+    for model in models:
+        for parameter in Parameter.values:
+            support = data.get(f"cell-{model.pk}-{parameter}")
+            if support is None:
+                continue
+            if support not in Support.values:
+                errors.append(f"{model.model_id}.{parameter}: unknown value {support!r}")
+                continue
+            raw = (data.get(f"accepted-{model.pk}-{parameter}") or "").strip()
+            try:
+                accepted = json.loads(raw) if raw else []
+            except ValueError:
+                accepted = None
+            if not isinstance(accepted, list):
+                errors.append(
+                    f"{model.model_id}.{parameter}: accepted values must be a JSON list, like [1.0]"
+                )
+                continue
+            cells[(model.model_id, parameter)] = Cell(Support(support), tuple(accepted))
+    return cells, errors
+
+
+@admin.register(Offering)
+class OfferingAdmin(CatalogChangeMixin, admin.ModelAdmin):
+    list_display = ("__str__", "upstream_model", "priority", "enabled", "routable")
+    list_filter = ("vendor", "enabled")
+    search_fields = ("model__model_id", "upstream_model", "vendor__name")
+    inlines = (PriceInline,)
+
+    @admin.display(description="routable now")
+    def routable(self, obj: Offering) -> str:
+        for offering in build_snapshot().offerings:
+            if offering.offering_id == obj.pk:
+                return "yes" if offering.routable else f"no — {offering.unroutable_reason}"
+        return "-"
+
+
+@admin.register(Price)
+class PriceAdmin(CatalogChangeMixin, admin.ModelAdmin):
+    """Add-only: a price change is a new row, so the price of any past call can be found."""
+
+    list_display = (
+        "offering",
+        "effective_from",
+        "input_per_mtok_nanos",
+        "output_per_mtok_nanos",
+        "source",
+    )
+    list_filter = ("offering__vendor",)
+    search_fields = ("offering__model__model_id", "source")
+    date_hierarchy = "effective_from"
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return obj is None and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
