@@ -262,6 +262,12 @@ def _check_messages(messages: Any) -> tuple[bool, int, int]:
 def _check_tools(data: dict[str, Any]) -> list[str]:
     tools = data.get("tools")
     if tools is None:
+        if data.get("tool_choice") not in (None, "none", "auto"):
+            raise InvalidRequest(
+                "'tool_choice' is only allowed when 'tools' are specified.",
+                code="invalid_value",
+                param="tool_choice",
+            )
         return []
     if not isinstance(tools, list):
         raise invalid_type("tools", "an array")

@@ -13,7 +13,7 @@ from typing import Any
 
 from inference.vendors import errors
 from inference.vendors.base import JSON, BinaryResult, VendorTarget
-from inference.vendors.http import client_for
+from inference.vendors.http import client_for, timeout_for
 from inference.vendors.sse import events
 
 API_VERSION = "2023-06-01"
@@ -293,7 +293,9 @@ class AnthropicAdapter:
         client = client_for(target)
         body = to_anthropic(payload, model=target.upstream_model, stream=False)
         with errors.translate(target.vendor):
-            response = await client.post("messages", json=body, headers=self._headers(target))
+            response = await client.post(
+                "messages", json=body, headers=self._headers(target), timeout=timeout_for(target)
+            )
         if response.status_code >= 400:
             self._raise(target, response.status_code, response.text)
         try:
@@ -307,7 +309,13 @@ class AnthropicAdapter:
         self._check(payload, target)
         client = client_for(target)
         body = to_anthropic(payload, model=target.upstream_model, stream=True)
-        request = client.build_request("POST", "messages", json=body, headers=self._headers(target))
+        request = client.build_request(
+            "POST",
+            "messages",
+            json=body,
+            headers=self._headers(target),
+            timeout=timeout_for(target),
+        )
         with errors.translate(target.vendor):
             response = await client.send(request, stream=True)
         try:
@@ -357,7 +365,9 @@ class AnthropicAdapter:
     async def list_models(self, target: VendorTarget) -> list[str]:
         client = client_for(target)
         with errors.translate(target.vendor):
-            response = await client.get("models", headers=self._headers(target))
+            response = await client.get(
+                "models", headers=self._headers(target), timeout=timeout_for(target)
+            )
         if response.status_code >= 400:
             self._raise(target, response.status_code, response.text)
         return [m["id"] for m in response.json().get("data", []) if "id" in m]

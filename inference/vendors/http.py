@@ -15,10 +15,18 @@ _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, httpx.A
 )
 
 
+def timeout_for(target: VendorTarget) -> httpx.Timeout:
+    """Explicit timeouts of one call: connect, read (the longest silence between two chunks,
+    or before the answer), write, pool."""
+    return httpx.Timeout(
+        connect=target.connect_timeout_s, read=target.read_timeout_s, write=10.0, pool=5.0
+    )
+
+
 def client_for(target: VendorTarget) -> httpx.AsyncClient:
     """The shared client for ``target.vendor`` on the running loop, created on first use.
 
-    Timeouts are explicit: connect, read (the longest silence between two chunks), write, pool.
+    Each request passes :func:`timeout_for` its target, so settings changes apply at once.
     """
     loop = asyncio.get_running_loop()
     per_loop = _clients.setdefault(loop, {})
@@ -27,12 +35,7 @@ def client_for(target: VendorTarget) -> httpx.AsyncClient:
     if client is None or client.is_closed:
         client = httpx.AsyncClient(
             base_url=target.base_url.rstrip("/") + "/",
-            timeout=httpx.Timeout(
-                connect=target.connect_timeout_s,
-                read=target.read_timeout_s,
-                write=10.0,
-                pool=5.0,
-            ),
+            timeout=timeout_for(target),
             limits=_LIMITS,
             headers={"user-agent": "infrai-gateway/0.1"},
         )

@@ -10,7 +10,7 @@ import httpx
 
 from inference.vendors import errors
 from inference.vendors.base import JSON, BinaryResult, VendorTarget
-from inference.vendors.http import client_for
+from inference.vendors.http import client_for, timeout_for
 from inference.vendors.sse import events
 
 
@@ -62,7 +62,9 @@ class OpenAICompatibleAdapter:
     async def _post_json(self, target: VendorTarget, path: str, body: JSON) -> Any:
         client = client_for(target)
         with errors.translate(target.vendor):
-            response = await client.post(path, json=body, headers=_headers(target))
+            response = await client.post(
+                path, json=body, headers=_headers(target), timeout=timeout_for(target)
+            )
         _raise_for_status(target, response)
         return _json(target, response)
 
@@ -83,6 +85,7 @@ class OpenAICompatibleAdapter:
             "chat/completions",
             json=chat_payload(target, payload, stream=True),
             headers=_headers(target),
+            timeout=timeout_for(target),
         )
         with errors.translate(target.vendor):
             response = await client.send(request, stream=True)
@@ -132,7 +135,9 @@ class OpenAICompatibleAdapter:
         client = client_for(target)
         body = {**payload, "model": target.upstream_model}
         with errors.translate(target.vendor):
-            response = await client.post("audio/speech", json=body, headers=_headers(target))
+            response = await client.post(
+                "audio/speech", json=body, headers=_headers(target), timeout=timeout_for(target)
+            )
         _raise_for_status(target, response)
         return BinaryResult(
             response.content, response.headers.get("content-type", "application/octet-stream")
@@ -145,7 +150,11 @@ class OpenAICompatibleAdapter:
         data = {**fields, "model": target.upstream_model}
         with errors.translate(target.vendor):
             response = await client.post(
-                "audio/transcriptions", data=data, files={"file": file}, headers=_headers(target)
+                "audio/transcriptions",
+                data=data,
+                files={"file": file},
+                headers=_headers(target),
+                timeout=timeout_for(target),
             )
         _raise_for_status(target, response)
         if response.headers.get("content-type", "").startswith("application/json"):
@@ -155,7 +164,9 @@ class OpenAICompatibleAdapter:
     async def list_models(self, target: VendorTarget) -> list[str]:
         client = client_for(target)
         with errors.translate(target.vendor):
-            response = await client.get("models", headers=_headers(target))
+            response = await client.get(
+                "models", headers=_headers(target), timeout=timeout_for(target)
+            )
         _raise_for_status(target, response)
         body = _json(target, response)
         return [m["id"] for m in body.get("data", []) if isinstance(m, dict) and "id" in m]

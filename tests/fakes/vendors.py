@@ -67,12 +67,24 @@ class FakeVendor:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     # --- lifecycle ------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget requests and behaviours (between tests)."""
+        self.fail_statuses = []
+        self.stall_s = 0.0
+        self.cut_after = None
+        self.omit_usage = False
+        self.chunk_delay_s = 0.0
+        self.requests = []
+        self.chunks_sent = 0
+        self.stream_closed.clear()
+
     def start(self) -> FakeVendor:
         self._thread.start()
         self._started.wait(10)
         return self
 
     def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
 
@@ -82,7 +94,7 @@ class FakeVendor:
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/messages", self.messages)
-        runner = web.AppRunner(app, access_log=None)
+        runner = self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         self._loop.run_until_complete(runner.setup())
         self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
         self._started.set()

@@ -45,9 +45,8 @@ def _model(
     }
 
 
-@pytest.fixture
-def fakes() -> Iterator[dict[str, FakeVendor]]:
-    """Three fake vendors: ``primary`` and ``backup`` (OpenAI-compatible), ``anthro``."""
+@pytest.fixture(scope="session")
+def _fake_servers() -> Iterator[dict[str, FakeVendor]]:
     servers = {
         "primary": FakeVendor(models=["up-large", "up-small", "up-quirky"]).start(),
         "backup": FakeVendor(models=["up-large"]).start(),
@@ -56,6 +55,14 @@ def fakes() -> Iterator[dict[str, FakeVendor]]:
     yield servers
     for server in servers.values():
         server.stop()
+
+
+@pytest.fixture
+def fakes(_fake_servers: dict[str, FakeVendor]) -> dict[str, FakeVendor]:
+    """Three fake vendors: ``primary`` and ``backup`` (OpenAI-compatible), ``anthro``."""
+    for server in _fake_servers.values():
+        server.reset()
+    return _fake_servers
 
 
 @pytest.fixture
