@@ -184,7 +184,10 @@ class Backend:
     def _load_moderation(self) -> tuple[ModerationService, str]:
         batcher = self._shared_batcher()
         classifier = ModerationClassifier(batcher.encoder)
-        detail = f"{len(classifier.labels)} exemplars, threshold {classifier.threshold:.2f}"
+        detail = (
+            f"{len(classifier.labels)} exemplars, threshold {classifier.threshold:.2f}, "
+            f"background {classifier.background:.2f}, LOO F1 {classifier.calibration_f1:.2f}"
+        )
         return ModerationService(classifier, batcher), detail
 
     def _load_transcription(self) -> tuple[Transcriber, str]:

@@ -3,8 +3,13 @@
 Text is embedded with all-MiniLM-L6-v2 and compared with labelled exemplars
 (``moderation_exemplars``). A category's score is the similarity-weighted share of the ``k``
 nearest exemplars that carry the category (a soft k-NN vote, harmless exemplars included), so
-scores lie in [0, 1]. The flagging threshold is calibrated when the model loads: leave-one-out
-scores of the exemplars themselves, and the threshold that maximises F1 for "any category".
+scores lie in [0, 1]. One extra, implicit harmless neighbour with a fixed "background"
+similarity votes in every softmax: text that is not clearly close to any violating exemplar
+stays harmless instead of inheriting the label of a distant nearest neighbour.
+
+Calibration runs when the model loads, on the exemplars themselves (leave-one-out): the
+background similarity and the flagging threshold are chosen together to maximise F1 of
+"flagged" against "has any category".
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from .moderation_exemplars import CATEGORIES, EXEMPLARS
 NEIGHBOURS = 8
 SHARPNESS = 20.0  # softmax temperature 1/20 over cosine similarities
 THRESHOLD_BOUNDS = (0.3, 0.7)
+BACKGROUND_GRID = tuple(step / 100 for step in range(20, 61, 5))
 
 
 @dataclass(frozen=True)
@@ -35,32 +41,46 @@ class ModerationResult:
 
 
 def knn_scores(
-    similarities: torch.Tensor, labels: torch.Tensor, k: int = NEIGHBOURS
+    similarities: torch.Tensor, labels: torch.Tensor, background: float, k: int = NEIGHBOURS
 ) -> torch.Tensor:
     """Soft k-NN vote: ``[n, exemplars]`` similarities and ``[exemplars, categories]`` 0/1 labels
-    → ``[n, categories]`` scores in [0, 1]."""
+    → ``[n, categories]`` scores in [0, 1]. An implicit harmless neighbour with similarity
+    ``background`` joins every vote."""
     k = min(k, similarities.shape[1])
     top, index = torch.topk(similarities, k, dim=1)
-    weights = torch.softmax(top * SHARPNESS, dim=1)
+    implicit = torch.full((top.shape[0], 1), background, dtype=top.dtype)
+    weights = torch.softmax(torch.cat([top, implicit], dim=1) * SHARPNESS, dim=1)[:, :k]
     return torch.einsum("nk,nkc->nc", weights, labels[index])
 
 
-def best_threshold(scores: torch.Tensor, positive: torch.Tensor) -> float:
-    """The threshold on ``scores`` (max over categories) that maximises F1 of ``positive``,
-    clamped to ``THRESHOLD_BOUNDS``; ties resolve towards 0.5."""
-    peak = scores.max(dim=1).values
-    best, best_f1 = 0.5, -1.0
-    for step in range(10, 91):
-        threshold = step / 100
-        predicted = peak >= threshold
-        tp = int((predicted & positive).sum())
-        fp = int((predicted & ~positive).sum())
-        fn = int((~predicted & positive).sum())
-        f1 = 2 * tp / max(1, 2 * tp + fp + fn)
-        if f1 > best_f1 or (f1 == best_f1 and abs(threshold - 0.5) < abs(best - 0.5)):
-            best, best_f1 = threshold, f1
+def f1_at(peak: torch.Tensor, positive: torch.Tensor, threshold: float) -> float:
+    """F1 of ``peak >= threshold`` against ``positive``."""
+    predicted = peak >= threshold
+    tp = int((predicted & positive).sum())
+    fp = int((predicted & ~positive).sum())
+    fn = int((~predicted & positive).sum())
+    return 2 * tp / max(1, 2 * tp + fp + fn)
+
+
+def calibrate(similarities: torch.Tensor, labels: torch.Tensor) -> tuple[float, float, float]:
+    """``(background, threshold, f1)`` maximising leave-one-out F1 of "flagged".
+
+    ``similarities`` is exemplar × exemplar with the diagonal already masked. Thresholds are
+    searched within ``THRESHOLD_BOUNDS``; ties prefer a threshold nearer 0.5, then a higher
+    background (the more conservative choice about flagging).
+    """
+    positive = labels.sum(dim=1) > 0
     low, high = THRESHOLD_BOUNDS
-    return min(high, max(low, best))
+    best = (0.0, 0.5, -1.0)
+    for background in BACKGROUND_GRID:
+        peak = knn_scores(similarities, labels, background).max(dim=1).values
+        for step in range(round(low * 100), round(high * 100) + 1):
+            threshold = step / 100
+            f1 = f1_at(peak, positive, threshold)
+            better_tie = f1 == best[2] and abs(threshold - 0.5) <= abs(best[1] - 0.5)
+            if f1 > best[2] or better_tie:
+                best = (background, threshold, f1)
+    return best
 
 
 class ModerationClassifier:
@@ -73,19 +93,13 @@ class ModerationClassifier:
         self.labels = torch.tensor(
             [[1.0 if c in cats else 0.0 for c in CATEGORIES] for _, cats in EXEMPLARS]
         )
-        self.threshold = self._calibrate()
-
-    def _calibrate(self) -> float:
-        """Leave-one-out scores of the exemplars → F1-optimal threshold."""
         similarities = self.exemplars @ self.exemplars.T
         similarities.fill_diagonal_(-1.0)
-        scores = knn_scores(similarities, self.labels)
-        positive = self.labels.sum(dim=1) > 0
-        return best_threshold(scores, positive)
+        self.background, self.threshold, self.calibration_f1 = calibrate(similarities, self.labels)
 
     def classify(self, embeddings: torch.Tensor) -> list[ModerationResult]:
         """One result per row of ``embeddings`` (L2-normalised MiniLM vectors)."""
-        scores = knn_scores(embeddings @ self.exemplars.T, self.labels)
+        scores = knn_scores(embeddings @ self.exemplars.T, self.labels, self.background)
         results = []
         for row in scores.tolist():
             category_scores = {c: round(float(s), 6) for c, s in zip(CATEGORIES, row, strict=True)}
