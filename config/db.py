@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
@@ -13,7 +13,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def db_async(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+def db_async(fn: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
     """``fn`` as a coroutine function run in the thread pool, not the one shared DB thread.
 
     ``thread_sensitive=False``: concurrent calls do not queue behind each other (Channels'
@@ -29,4 +29,4 @@ def db_async(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
         finally:
             close_old_connections()
 
-    return sync_to_async(run, thread_sensitive=False)
+    return sync_to_async(run, thread_sensitive=False)  # type: ignore[return-value]

@@ -8,7 +8,7 @@ disconnect), and the consumer calls ``on_close`` even when the relay never start
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from django.conf import settings
@@ -202,7 +202,7 @@ async def _open_stream(call: Call, chat: ChatRequest, payload: JSON) -> Streamin
 
     async def first_chunk(
         adapter: Any, target: Any, _candidate: Any
-    ) -> tuple[AsyncIterator[JSON], JSON]:
+    ) -> tuple[AsyncGenerator[JSON, None], JSON]:
         upstream = adapter.stream_chat(target, payload)
         try:
             first = await upstream.__anext__()
@@ -229,7 +229,7 @@ async def _open_stream(call: Call, chat: ChatRequest, payload: JSON) -> Streamin
 
 
 async def _relay(
-    call: Call, chat: ChatRequest, upstream: AsyncIterator[JSON], first: JSON
+    call: Call, chat: ChatRequest, upstream: AsyncGenerator[JSON, None], first: JSON
 ) -> AsyncIterator[bytes]:
     completion_id = _completion_id(call)
     model = call.served()["model"]

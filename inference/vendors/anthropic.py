@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from inference.vendors import errors
@@ -305,7 +305,7 @@ class AnthropicAdapter:
                 f"{target.vendor} answered an unreadable message", vendor=target.vendor
             ) from exc
 
-    async def stream_chat(self, target: VendorTarget, payload: JSON) -> AsyncIterator[JSON]:
+    async def stream_chat(self, target: VendorTarget, payload: JSON) -> AsyncGenerator[JSON, None]:
         self._check(payload, target)
         client = client_for(target)
         body = to_anthropic(payload, model=target.upstream_model, stream=True)

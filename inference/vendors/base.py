@@ -6,7 +6,7 @@ both ways with pure functions; the HTTP call is a thin shell around them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,7 +40,7 @@ class Adapter(Protocol):
         """A ``chat.completion`` for an OpenAI chat request (``stream`` false)."""
         ...
 
-    def stream_chat(self, target: VendorTarget, payload: JSON) -> AsyncIterator[JSON]:
+    def stream_chat(self, target: VendorTarget, payload: JSON) -> AsyncGenerator[JSON, None]:
         """``chat.completion.chunk`` dicts as the vendor produces them (usage chunk included
         when the vendor sends one). Closing the iterator cancels the upstream request."""
         ...

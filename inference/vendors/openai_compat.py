@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
@@ -78,7 +78,7 @@ class OpenAICompatibleAdapter:
             )
         return body
 
-    async def stream_chat(self, target: VendorTarget, payload: JSON) -> AsyncIterator[JSON]:
+    async def stream_chat(self, target: VendorTarget, payload: JSON) -> AsyncGenerator[JSON, None]:
         client = client_for(target)
         request = client.build_request(
             "POST",

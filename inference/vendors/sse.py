@@ -11,12 +11,12 @@ DONE = b"data: [DONE]\n\n"
 
 async def events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
     """``(event, data)`` pairs from SSE lines; ``event`` is ``""`` when the stream names none."""
-    event, data = "", []
+    event, data = "", list[str]()
     async for line in lines:
         if not line:
             if data:
                 yield event, "\n".join(data)
-            event, data = "", []
+            event, data = "", list[str]()
             continue
         if line.startswith(":"):
             continue
