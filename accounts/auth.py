@@ -24,7 +24,11 @@ from config.db import db_async
 from config.errors import AuthenticationFailed
 
 _USED_PREFIX = "apikey-used:"
+_TOUCH_EVERY_S = 60
 _background: set[asyncio.Task[None]] = set()
+# Per-process memo of when this process last claimed a key's once-a-minute touch, so most
+# calls skip the shared-cache round trip that arbitrates between processes.
+_touched_at: dict[int, float] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +115,17 @@ async def authenticate(authorization: str | None) -> KeyContext:
     now = timezone.now()
     if ctx.expires_at is not None and ctx.expires_at <= now.timestamp():
         raise AuthenticationFailed("This API key has expired.", code="expired_api_key")
-    if await fastcache.add(_USED_PREFIX + str(ctx.key_id), 1, 60):
-        task = asyncio.get_running_loop().create_task(_touch_last_used_async(ctx.key_id, now))
+    await _touch(ctx.key_id, now)
+    return ctx
+
+
+async def _touch(key_id: int, now: datetime) -> None:
+    """Update ``last_used_at`` at most once a minute per key across all processes."""
+    ts = now.timestamp()
+    if ts - _touched_at.get(key_id, 0.0) < _TOUCH_EVERY_S:
+        return
+    _touched_at[key_id] = ts
+    if await fastcache.add(_USED_PREFIX + str(key_id), 1, _TOUCH_EVERY_S):
+        task = asyncio.get_running_loop().create_task(_touch_last_used_async(key_id, now))
         _background.add(task)
         task.add_done_callback(_background.discard)
-    return ctx

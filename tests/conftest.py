@@ -9,6 +9,7 @@ import pytest
 from django.core.cache import cache
 from django.core.management import call_command
 
+from accounts.auth import _touched_at
 from config import fastcache
 from tests.live import daphne_server
 
@@ -17,6 +18,7 @@ from tests.live import daphne_server
 def _clear_cache() -> Iterator[None]:
     cache.clear()
     fastcache.clear_sync()
+    _touched_at.clear()
     yield
 
 
