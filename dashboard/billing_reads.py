@@ -1,8 +1,7 @@
-"""Read-only views of the wallet for the dashboard.
+"""Read-only views of the wallet for the dashboard, over ``billing.selectors``.
 
-Billing is the owner of these tables; this module only reads them (``billing.selectors`` was not
-there yet when the dashboard was written — when it lands, these functions become thin calls to
-it and the templates do not change). Nothing here writes.
+Billing owns these tables. What its selectors do not offer yet (the auto-recharge settings, the
+monthly statement) is read here, read-only, and should move to ``billing.selectors``.
 """
 
 from __future__ import annotations
@@ -14,55 +13,56 @@ from django.db.models import Count, Sum
 from django.db.models.functions import TruncDate
 
 from accounts.models import Organization
-from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Wallet
+from billing import selectors as billing_selectors
+from billing.models import EntryKind, Hold, LedgerEntry, Wallet
 
 
 @dataclass(frozen=True, slots=True)
 class WalletSummary:
+    """What the wallet page shows; money in nano-USD."""
+
     balance_nanos: int
     held_nanos: int
+    available_nanos: int
     auto_recharge_enabled: bool
     auto_recharge_threshold_nanos: int
     auto_recharge_amount_nanos: int
-    has_payment_method: bool
+    payment_method_id: str
 
     @property
-    def available_nanos(self) -> int:
-        return self.balance_nanos - self.held_nanos
+    def has_payment_method(self) -> bool:
+        return bool(self.payment_method_id)
 
 
 def wallet_summary(*, organization: Organization) -> WalletSummary:
-    """Balance, held and auto-recharge settings (zeros when the wallet does not exist yet)."""
-    wallet = Wallet.objects.filter(organization=organization).first()
-    if wallet is None:
-        return WalletSummary(0, 0, False, 0, 0, False)
-    return WalletSummary(
-        balance_nanos=wallet.balance_nanos,
-        held_nanos=wallet.held_nanos,
-        auto_recharge_enabled=wallet.auto_recharge_enabled,
-        auto_recharge_threshold_nanos=wallet.auto_recharge_threshold_nanos,
-        auto_recharge_amount_nanos=wallet.auto_recharge_amount_nanos,
-        has_payment_method=bool(wallet.auto_recharge_payment_method_id),
-    )
+    """Balance, held and available from ``billing.selectors`` plus the auto-recharge settings."""
+    money = billing_selectors.wallet_summary(organization_id=organization.pk)
+    recharge = (
+        Wallet.objects.filter(organization=organization)
+        .values_list(
+            "auto_recharge_enabled",
+            "auto_recharge_threshold_nanos",
+            "auto_recharge_amount_nanos",
+            "auto_recharge_payment_method_id",
+        )
+        .first()
+    ) or (False, 0, 0, "")
+    return WalletSummary(money.balance_nanos, money.held_nanos, money.available_nanos, *recharge)
 
 
 def open_holds(*, organization: Organization, limit: int = 20) -> list[Hold]:
-    """The newest open holds (calls in flight) of the organization's wallet."""
-    return list(
-        Hold.objects.filter(wallet__organization=organization, status=HoldStatus.OPEN)
-        .select_related("project")
-        .order_by("-created_at")[:limit]
-    )
+    """Open holds (calls in flight), newest first."""
+    holds = billing_selectors.open_holds(organization_id=organization.pk, limit=limit)
+    return sorted(holds, key=lambda h: h.created_at, reverse=True)
 
 
 def ledger_page(
     *, organization: Organization, before_id: int | None = None, limit: int = 50
 ) -> list[LedgerEntry]:
     """Ledger entries newest first, keyset-paginated by id (``before_id`` = last id shown)."""
-    qs = LedgerEntry.objects.filter(wallet__organization=organization)
-    if before_id is not None:
-        qs = qs.filter(id__lt=before_id)
-    return list(qs.select_related("project").order_by("-id")[:limit])
+    return billing_selectors.ledger_page(
+        organization_id=organization.pk, before_id=before_id, limit=limit
+    )
 
 
 @dataclass(frozen=True, slots=True)

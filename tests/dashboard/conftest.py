@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.test import Client
+from playwright.sync_api import Browser, BrowserType, Playwright, sync_playwright
 
 from accounts.models import Organization, Role, User
 from accounts.services import membership_set, organization_create
@@ -49,6 +50,32 @@ def member_client(
         return client, user, org
 
     return make
+
+
+@pytest.fixture(scope="module")
+def playwright() -> Iterator[Playwright]:
+    """Playwright for one test module only (pytest-playwright keeps it for the session).
+
+    Its sync API runs an event loop on the main thread while it lives, and Django then refuses
+    ORM calls there (``SynchronousOnlyOperation``). Scoped to the browser module, the loop is
+    gone before any other test of the suite runs.
+    """
+    with sync_playwright() as pw:
+        yield pw
+
+
+@pytest.fixture(scope="module")
+def browser_type(playwright: Playwright, browser_name: str) -> BrowserType:
+    return getattr(playwright, browser_name)
+
+
+@pytest.fixture(scope="module")
+def browser(
+    browser_type: BrowserType, browser_type_launch_args: dict[str, Any]
+) -> Iterator[Browser]:
+    launched = browser_type.launch(**browser_type_launch_args)
+    yield launched
+    launched.close()
 
 
 @pytest.fixture(scope="session")

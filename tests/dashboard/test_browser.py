@@ -1,0 +1,459 @@
+"""The dashboard in a real browser (Debian's chromium through Playwright) against the whole ASGI
+app served by daphne: sign-up to first call, live usage, Checkout top-up, roles, isolation.
+
+Set ``INFRAI_SCREENSHOTS=1`` to (re)write the screenshots under ``docs/screenshots/``;
+otherwise they go to the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx
+import openai
+import pytest
+import stripe
+from django.conf import settings
+from django.contrib.staticfiles import finders
+from django.core import mail
+from django.test import Client
+from playwright.sync_api import BrowserContext, Page, Route, expect
+
+from accounts.models import Membership, Organization, Role, User
+from accounts.services import api_key_create, membership_set, project_create
+from billing import stripe_gateway
+from billing.stripe_gateway import CheckoutSession
+from catalog.documents import catalog_load
+from catalog.models import Vendor
+from tests.dashboard.factories import request_log_row
+from tests.fakes.vendors import FakeVendor
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKOUT_URL = "https://checkout.stripe.test/c/pay/cs_test_browser"
+WEBHOOK_SECRET = "whsec_dashboard_browser_test"
+PRICE = {
+    "effective_from": "2025-01-01T00:00:00Z",
+    "source": "test price",
+    "input_per_mtok_usd": "1.00",
+    "cached_input_per_mtok_usd": "0.50",
+    "output_per_mtok_usd": "2.00",
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _orm_beside_playwright(django_db_setup: None) -> Iterator[None]:
+    """Playwright's sync API keeps an event loop on this thread; the test's own ORM calls are
+    still plain sync code, so Django's async-safety guard is lifted for this module only.
+    (Requesting ``django_db_setup`` first creates the test database before that loop runs.)"""
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    yield
+    if previous is None:
+        del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
+    else:
+        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    if os.environ.get("INFRAI_SCREENSHOTS"):
+        target = ROOT / "docs" / "screenshots"
+        target.mkdir(parents=True, exist_ok=True)
+        return target
+    return tmp_path
+
+
+def _serve_static(route: Route) -> None:
+    """The test server runs with DEBUG off, where Django serves no static files (a front web
+    server does in production); the browser gets them from the app's static finders here."""
+    prefix = "/" + settings.STATIC_URL.strip("/") + "/"
+    relative = urlparse(route.request.url).path.removeprefix(prefix)
+    found = finders.find(relative)
+    if isinstance(found, str):
+        route.fulfill(path=found)
+    else:
+        route.fulfill(status=404, body="not found")
+
+
+@pytest.fixture
+def context(browser: Any, live_url: str) -> Iterator[BrowserContext]:
+    ctx = browser.new_context(
+        viewport={"width": 1280, "height": 860},
+        permissions=["clipboard-read", "clipboard-write"],
+        base_url=live_url,
+    )
+    ctx.route(f"{live_url}/static/**", _serve_static)
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture
+def page(context: BrowserContext) -> Page:
+    return context.new_page()
+
+
+@pytest.fixture(scope="module")
+def fake_vendor() -> Iterator[FakeVendor]:
+    server = FakeVendor(models=["up-demo"]).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def demo_catalog(fake_vendor: FakeVendor) -> None:
+    """Only one routable model, ``demo-chat``, served by a fake vendor on 127.0.0.1."""
+    Vendor.objects.update(enabled=False)
+    catalog_load(
+        {
+            "vendors": [
+                {
+                    "name": "demo",
+                    "display_name": "Demo",
+                    "adapter_kind": "openai",
+                    "base_url": fake_vendor.url,
+                    "credentials_env": "",
+                    "region": "eu",
+                    "enabled": True,
+                    "verified_models": fake_vendor.models,
+                }
+            ],
+            "models": [
+                {
+                    "id": "demo-chat",
+                    "display_name": "demo-chat",
+                    "owned_by": "tests",
+                    "capabilities": ["chat"],
+                    "tasks": ["chat"],
+                    "context_window": 32000,
+                    "max_output_tokens": 4096,
+                    "quality_tier": 5,
+                    "created": "2025-01-01",
+                    "parameters": {},
+                    "offerings": [
+                        {"vendor": "demo", "upstream_model": "up-demo", "prices": [PRICE]}
+                    ],
+                }
+            ],
+        }
+    )
+
+
+@pytest.fixture
+def fake_checkout(monkeypatch: pytest.MonkeyPatch, settings: Any) -> list[dict[str, Any]]:
+    """Stripe faked at billing's one Stripe module (localstripe has no Checkout Sessions)."""
+    settings.STRIPE_SECRET_KEY = "sk_test_dashboard"
+    settings.STRIPE_WEBHOOK_SECRET = WEBHOOK_SECRET
+    sessions: list[dict[str, Any]] = []
+
+    def checkout_session_create(**kwargs: Any) -> CheckoutSession:
+        sessions.append(kwargs)
+        return CheckoutSession(id="cs_test_browser", url=CHECKOUT_URL)
+
+    monkeypatch.setattr(stripe_gateway, "customer_create", lambda **_: "cus_test_browser")
+    monkeypatch.setattr(stripe_gateway, "checkout_session_create", checkout_session_create)
+    return sessions
+
+
+def _stripe_page(route: Route) -> None:
+    """Stand-in for Stripe's hosted Checkout page."""
+    route.fulfill(
+        content_type="text/html",
+        body="<!doctype html><title>Stripe Checkout (fake)</title><h1>Pay infrai</h1>"
+        "<button id='pay'>Pay</button>",
+    )
+
+
+def _send_paid_webhook(live_url: str, session: dict[str, Any]) -> httpx.Response:
+    """What Stripe sends when the Checkout is paid, signed with the real scheme."""
+    event = {
+        "id": "evt_test_browser_paid",
+        "object": "event",
+        "type": "checkout.session.completed",
+        "created": int(time.time()),
+        "livemode": False,
+        "data": {
+            "object": {
+                "id": "cs_test_browser",
+                "object": "checkout.session",
+                "payment_status": "paid",
+                "amount_total": session["amount_nanos"] // 10_000_000,
+                "currency": "usd",
+                "customer": session["customer_id"],
+                "client_reference_id": str(session["organization_id"]),
+                "metadata": {"organization_id": str(session["organization_id"])},
+                "payment_intent": "pi_test_browser",
+            }
+        },
+    }
+    payload = json.dumps(event)
+    timestamp = int(time.time())
+    signature = stripe.WebhookSignature._compute_signature(f"{timestamp}.{payload}", WEBHOOK_SECRET)
+    return httpx.post(
+        f"{live_url}/billing/stripe/webhook",
+        content=payload.encode(),
+        headers={
+            "Stripe-Signature": f"t={timestamp},v1={signature}",
+            "Content-Type": "application/json",
+        },
+    )
+
+
+def test_signup_to_first_call_live_usage_and_a_checkout_top_up(
+    page: Page,
+    context: BrowserContext,
+    live_url: str,
+    mailoutbox: list[Any],
+    demo_catalog: None,
+    fake_checkout: list[dict[str, Any]],
+    shots: Path,
+) -> None:
+    # Sign up.
+    page.goto("/signup/")
+    page.get_by_label("E-mail address").fill("grace@example.com")
+    page.get_by_label("Password").fill("a long passphrase")
+    page.get_by_label("Organization name").fill("Hopper Labs")
+    page.screenshot(path=shots / "signup.png")
+    page.get_by_role("button", name="Create account").click()
+    expect(page.get_by_role("heading", name="Check your inbox")).to_be_visible()
+
+    # Verify: the link from the e-mail.
+    assert len(mail.outbox) == 1
+    link = re.search(r"http://\S+", mail.outbox[0].body).group(0)
+    page.goto(link)
+    expect(page.get_by_text("Your e-mail address is verified.")).to_be_visible()
+    expect(page.get_by_role("heading", name="Hopper Labs")).to_be_visible()
+    assert User.objects.get(email="grace@example.com").email_verified
+
+    # A project, then a key.
+    page.get_by_role("link", name="Create a project").click()
+    page.get_by_label("Project name").fill("Backend")
+    page.get_by_label("Monthly budget (USD)").fill("50")
+    page.get_by_role("button", name="Create project").click()
+    expect(page.get_by_text("Created project Backend.")).to_be_visible()
+    page.get_by_label("Key name").fill("laptop")
+    page.get_by_role("button", name="Create key").click()
+    key_text = page.get_by_test_id("new-key").inner_text().strip()
+    page.get_by_role("button", name="Copy", exact=True).click()
+    expect(page.get_by_role("button", name="Copied")).to_be_visible()
+    copied = page.evaluate("navigator.clipboard.readText()")
+    assert copied == key_text and copied.startswith("ifr_")
+    page.screenshot(path=shots / "key-created.png", full_page=True)
+
+    # The copied key works with the official SDK.
+    client = openai.OpenAI(base_url=f"{live_url}/v1", api_key=copied, max_retries=0)
+    assert "demo-chat" in [m.id for m in client.models.list()]
+
+    # Top up through Checkout: the redirect leaves our site, Stripe pays, the webhook credits.
+    context.route("https://checkout.stripe.test/**", _stripe_page)
+    page.get_by_role("link", name="Wallet").click()
+    expect(page.get_by_test_id("balance")).to_have_text("$0.00")
+    page.get_by_label("$25").check()
+    page.get_by_role("button", name="Continue to payment").click()
+    expect(page.get_by_role("heading", name="Pay infrai")).to_be_visible()
+    assert fake_checkout[0]["amount_nanos"] == 25_000_000_000
+    assert _send_paid_webhook(live_url, fake_checkout[0]).status_code == 200
+    page.goto(fake_checkout[0]["success_url"])  # Stripe's redirect back
+    expect(page.get_by_test_id("topup-notice")).to_be_visible()
+    expect(page.get_by_test_id("balance")).to_have_text("$25.00")
+
+    # A chat completion with the SDK appears on the usage page without a reload.
+    page.get_by_role("link", name="Usage").click()
+    expect(page.locator("body[data-live=on]")).to_be_attached()
+    expect(page.get_by_test_id("total-requests")).to_have_text("0")
+    reply = client.chat.completions.create(
+        model="demo-chat", messages=[{"role": "user", "content": "Hello there"}]
+    )
+    assert reply.choices[0].message.content
+    live_row = page.locator("table[data-live-log] tbody tr").first
+    expect(live_row).to_contain_text("demo-chat")
+    expect(live_row).to_contain_text("demo")
+    expect(page.get_by_test_id("total-requests")).to_have_text("1")
+    page.reload()
+    expect(page.get_by_test_id("total-requests")).to_have_text("1")
+    page.screenshot(path=shots / "usage.png", full_page=True)
+
+    page.get_by_role("link", name="Wallet").click()
+    expect(page.get_by_text("Top-up of $25 (Stripe Checkout)")).to_be_visible()
+    page.screenshot(path=shots / "wallet.png", full_page=True)
+
+
+def _login(context: BrowserContext, live_url: str, user: User) -> None:
+    client = Client()
+    client.force_login(user)
+    context.add_cookies(
+        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_url}]
+    )
+
+
+def test_a_member_without_billing_rights_cannot_open_the_wallet(
+    page: Page, context: BrowserContext, live_url: str
+) -> None:
+    owner = User.objects.create_user("owner@example.com", "pw-owner-123", email_verified=True)
+    member = User.objects.create_user("member@example.com", "pw-member-123", email_verified=True)
+    org = Organization.objects.create(name="Team", slug="team")
+    membership_set(organization=org, user=owner, role=Role.OWNER)
+    membership_set(organization=org, user=member, role=Role.MEMBER)
+    _login(context, live_url, member)
+    page.goto("/o/team/")
+    expect(page.get_by_role("navigation", name="Dashboard")).to_be_visible()
+    expect(page.get_by_role("link", name="Wallet")).to_have_count(0)
+    response = page.goto("/o/team/wallet/")
+    assert response is not None and response.status == 403
+    expect(page.get_by_role("heading", name="Not allowed")).to_be_visible()
+    assert Membership.objects.get(user=member).role == Role.MEMBER
+
+
+def test_one_organization_never_sees_anothers_data(
+    page: Page, context: BrowserContext, live_url: str
+) -> None:
+    alice = User.objects.create_user("alice@example.com", "pw-alice-123", email_verified=True)
+    mine = Organization.objects.create(name="Mine", slug="mine")
+    theirs = Organization.objects.create(name="Theirs", slug="theirs")
+    membership_set(organization=mine, user=alice, role=Role.OWNER)
+    secret_key, _ = api_key_create(
+        project=project_create(organization=theirs, name="secret-project"), name="their-key"
+    )
+    request_log_row(organization_id=theirs.pk, model="their-secret-model")
+    request_log_row(organization_id=mine.pk, model="my-model")
+    _login(context, live_url, alice)
+    for path in ("/o/mine/usage/", "/o/mine/usage/requests/", "/o/mine/keys/", "/o/mine/projects/"):
+        page.goto(path)
+        body = page.locator("body").inner_text()
+        for leaked in ("their-secret-model", "secret-project", "their-key", "Theirs"):
+            assert leaked not in body, (path, leaked)
+    response = page.goto("/o/theirs/usage/")
+    assert response is not None and response.status == 404
+    page.goto("/o/mine/usage/requests/")
+    expect(page.get_by_text("my-model")).to_be_visible()
+    assert secret_key.revoked_at is None
+
+
+def _demo_organization() -> tuple[User, Organization]:
+    """An organization with a month of calls, money movements, members and an invitation."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from accounts.services import invitation_create
+    from billing.models import EntryKind
+    from billing.services import wallet_credit
+    from inference.models import RequestLog
+
+    owner = User.objects.create_user("ops@acme.example", "pw-demo-123", email_verified=True)
+    org = Organization.objects.create(name="Acme AI", slug="acme-ai")
+    membership_set(organization=org, user=owner, role=Role.OWNER)
+    for email, role in (("dev@acme.example", Role.MEMBER), ("finance@acme.example", Role.BILLING)):
+        user = User.objects.create_user(email, "pw-demo-123", email_verified=True)
+        membership_set(organization=org, user=user, role=role)
+    invitation_create(organization=org, email="new@acme.example", role=Role.ADMIN, invited_by=owner)
+    backend = project_create(organization=org, name="Backend", monthly_budget_nanos=200 * 10**9)
+    research = project_create(organization=org, name="Research")
+    keys = [
+        api_key_create(project=backend, name="production")[0],
+        api_key_create(project=backend, name="staging")[0],
+        api_key_create(project=research, name="notebooks")[0],
+    ]
+    models = [
+        ("gpt-4o-mini", "openai", 150),
+        ("deepseek-chat", "deepseek", 270),
+        ("gemma-4-31B-it", "infrai-gpu", 90),
+    ]
+    now = timezone.now()
+    rows = []
+    for day in range(30):
+        for i in range(3 + (day * 7) % 11):
+            model, vendor, price = models[(day + i) % 3]
+            key = keys[(day + i) % 3]
+            rows.append(
+                request_log_row(
+                    organization_id=org.pk,
+                    save=False,
+                    project_id=key.project_id,
+                    api_key_id=key.pk,
+                    created_at=now - timedelta(days=day, minutes=17 * i),
+                    model=model,
+                    vendor=vendor,
+                    input_tokens=400 + 37 * i,
+                    output_tokens=120 + 11 * day,
+                    cost_nanos=price * (520 + 37 * i + 11 * day) * 1000,
+                    latency_ms=300 + 41 * i,
+                    failovers=1 if i == 4 else 0,
+                    routing={
+                        "mode": "auto",
+                        "reason": "balanced: best quality per price",
+                        "candidates": [vendor, "backup"],
+                    },
+                )
+            )
+    RequestLog.objects.bulk_create(rows)
+    wallet_credit(
+        organization=org,
+        amount_nanos=50 * 10**9,
+        kind=EntryKind.TOPUP,
+        idempotency_key="demo-topup-1",
+        description="Top-up of $50 (Stripe Checkout)",
+    )
+    wallet_credit(
+        organization=org,
+        amount_nanos=-sum(r.cost_nanos for r in rows),
+        kind=EntryKind.USAGE,
+        idempotency_key="demo-usage",
+        description="API usage",
+    )
+    wallet_credit(
+        organization=org,
+        amount_nanos=25 * 10**9,
+        kind=EntryKind.TOPUP,
+        idempotency_key="demo-topup-2",
+        description="Top-up of $25 (Stripe Checkout)",
+    )
+    return owner, org
+
+
+def test_main_pages_render_in_the_browser_without_errors(
+    page: Page, context: BrowserContext, live_url: str, demo_catalog: None, shots: Path
+) -> None:
+    owner, org = _demo_organization()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    _login(context, live_url, owner)
+    tour = [
+        ("", "Acme AI", "overview.png"),
+        ("start/", "Getting started", "getting-started.png"),
+        ("projects/", "Projects", "projects.png"),
+        ("keys/", "API keys", "keys.png"),
+        ("usage/", "Usage", "usage-month.png"),
+        ("usage/requests/", "Request log", "request-log.png"),
+        ("wallet/", "Wallet", "wallet-history.png"),
+        ("members/", "Members", "members.png"),
+        ("playground/", "Playground", None),
+    ]
+    for path, heading, shot in tour:
+        page.goto(f"/o/{org.slug}/{path}")
+        expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
+        if shot:
+            page.screenshot(path=shots / shot, full_page=True)
+    expect(page.locator("body[data-live=on]")).to_be_attached()
+
+    page.goto(f"/o/{org.slug}/usage/requests/")
+    page.locator("table tbody tr a").first.click()
+    expect(page.get_by_text("balanced: best quality per price").first).to_be_visible()
+    page.screenshot(path=shots / "request-detail.png", full_page=True)
+
+    page.goto(f"/o/{org.slug}/playground/")
+    page.get_by_role("button", name="Start a playground session").click()
+    page.get_by_label("Model or routing mode").select_option("demo-chat")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator("#answer-meta")).to_contain_text("vendor demo")
+    assert page.locator("#answer").inner_text().strip()
+    page.screenshot(path=shots / "playground.png", full_page=True)
+    assert errors == []

@@ -1,0 +1,109 @@
+"""The live websocket: members of the organization get its events; nobody else does."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import AnonymousUser
+
+from accounts.models import Role
+from dashboard import live
+from dashboard.routing import websocket_urlpatterns
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+app = URLRouter(websocket_urlpatterns)
+
+USAGE = {
+    "request_id": "req_live1",
+    "model": "gpt-4o-mini",
+    "vendor": "openai",
+    "status": "ok",
+    "input_tokens": 3,
+    "output_tokens": 4,
+    "cost_nanos": 1_500_000,
+    "latency_ms": 42,
+}
+
+
+async def _connect(user, slug: str) -> tuple[WebsocketCommunicator, bool]:
+    communicator = WebsocketCommunicator(app, f"/ws/o/{slug}/live/")
+    communicator.scope["user"] = user
+    connected, _ = await communicator.connect()
+    return communicator, connected
+
+
+def test_a_member_receives_usage_and_balance_events_of_its_organization(member_client, make_org):
+    _, owner, org = member_client(Role.OWNER)
+    other = make_org("Other")
+
+    async def scenario() -> list[dict]:
+        ws, connected = await _connect(owner, org.slug)
+        assert connected
+        await live.apush_usage(organization_id=other.pk, **USAGE)  # not ours: never arrives
+        await live.apush_usage(organization_id=org.pk, **USAGE)
+        await live.apush_balance(organization_id=org.pk, balance_nanos=5_000_000_000, held_nanos=0)
+        got = [await ws.receive_json_from(timeout=5), await ws.receive_json_from(timeout=5)]
+        assert await ws.receive_nothing(timeout=0.2)
+        await ws.disconnect()
+        return got
+
+    usage, balance = async_to_sync(scenario)()
+    assert usage["kind"] == "usage" and usage["request_id"] == "req_live1"
+    assert usage["cost_display"] == "$0.0015"
+    assert balance == {
+        "kind": "balance",
+        "balance_nanos": 5_000_000_000,
+        "balance_display": "$5.00",
+        "available_display": "$5.00",
+        "held_display": "$0.00",
+    }
+
+
+def test_a_member_without_billing_rights_gets_usage_but_not_the_balance(member_client):
+    _, member, org = member_client(Role.MEMBER)
+
+    async def scenario() -> list[str]:
+        ws, connected = await _connect(member, org.slug)
+        assert connected
+        await live.apush_balance(organization_id=org.pk, balance_nanos=1, held_nanos=0)
+        await live.apush_usage(organization_id=org.pk, **USAGE)
+        kinds = [(await ws.receive_json_from(timeout=5))["kind"]]
+        assert await ws.receive_nothing(timeout=0.2)
+        await ws.disconnect()
+        return kinds
+
+    assert async_to_sync(scenario)() == ["usage"]
+
+
+def test_strangers_and_anonymous_users_are_refused(member_client, make_user, make_org):
+    _, _, org = member_client(Role.OWNER)
+    stranger = make_user("stranger@example.com")
+
+    async def scenario() -> list[bool]:
+        results = []
+        for user in (stranger, AnonymousUser()):
+            ws, connected = await _connect(user, org.slug)
+            results.append(connected)
+            await ws.disconnect()
+        return results
+
+    assert async_to_sync(scenario)() == [False, False]
+
+
+def test_push_usage_from_sync_code_reaches_the_group(member_client):
+    _, owner, org = member_client(Role.ADMIN)
+
+    async def listen() -> dict:
+        ws, _ = await _connect(owner, org.slug)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, lambda: live.push_usage(organization_id=org.pk, **USAGE))
+        message = await ws.receive_json_from(timeout=5)
+        await ws.disconnect()
+        return message
+
+    assert async_to_sync(listen)()["model"] == "gpt-4o-mini"
