@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import pytest
+from pytest_django.fixtures import SettingsWrapper
 
 from catalog.documents import SEED_PATH, catalog_load, read_document
 from catalog.models import Offering, Vendor
@@ -23,8 +24,8 @@ VENDOR_KEYS = {
 
 
 @pytest.fixture(autouse=True)
-def _fresh_snapshot(settings: pytest.FixtureRequest) -> Iterator[None]:
-    settings.INFRAI_CATALOG_CHECK_S = 0  # type: ignore[attr-defined]
+def _fresh_snapshot(settings: SettingsWrapper) -> Iterator[None]:
+    settings.INFRAI_CATALOG_CHECK_S = 0
     catalog_snapshot_forget()
     yield
     catalog_snapshot_forget()
