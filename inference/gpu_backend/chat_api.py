@@ -54,6 +54,7 @@ KNOWN_FIELDS = frozenset(
         "modalities",
     }
 )
+RESPONSE_FORMAT_TYPES = frozenset({"text", "json_object", "json_schema"})
 UNSUPPORTED_PART_TYPES = {"image_url": "image", "input_audio": "audio", "file": "file"}
 
 
@@ -124,16 +125,17 @@ def parse_messages(raw: Any) -> list[dict[str, str]]:
 
 
 def _reject_unsupported_features(body: dict[str, Any]) -> None:
-    """400 for tools, function calling and structured outputs (the model cannot honour them)."""
+    """400 for tools, function calling and non-text output (the model cannot honour them)."""
     for name in ("tools", "functions"):
         if body.get(name):
             raise invalid("This model does not support tools.", name, "unsupported_parameter")
     fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
+    # json_object / json_schema are accepted with no effect (output is not constrained); the
+    # catalog marks response_format "no effect" so the gateway tells the caller.
+    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") in RESPONSE_FORMAT_TYPES):
         raise invalid(
-            "This model supports only response_format {'type': 'text'}.",
+            "Invalid 'response_format': expected {'type': 'text' | 'json_object' | 'json_schema'}.",
             "response_format",
-            "unsupported_parameter",
         )
     modalities = body.get("modalities")
     if modalities is not None and modalities != ["text"]:
