@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
-from pytest_django.fixtures import SettingsWrapper
 
 from catalog.documents import SEED_PATH, catalog_load, read_document
 from catalog.models import Offering, Vendor
@@ -24,7 +24,7 @@ VENDOR_KEYS = {
 
 
 @pytest.fixture(autouse=True)
-def _fresh_snapshot(settings: SettingsWrapper) -> Iterator[None]:
+def _fresh_snapshot(settings: Any) -> Iterator[None]:
     settings.INFRAI_CATALOG_CHECK_S = 0
     catalog_snapshot_forget()
     yield
