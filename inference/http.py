@@ -4,7 +4,8 @@
 Bearer-key JSON API) — :mod:`config.asgi` sends ``/v1`` straight to :class:`V1Consumer`.
 What the consumer does for every call:
 
-1. reads the body, refusing more than ``INFRAI_MAX_BODY_BYTES`` with 413 as soon as it knows;
+1. reads the body, refusing more than the route's limit (``INFRAI_MAX_BODY_BYTES`` unless the
+   route names another setting, e.g. uploads) with 413 as soon as it knows;
 2. finds the route (404 unknown path, 405 wrong method), authenticates when the route needs it;
 3. runs the handler **in its own task**, so a client disconnect (``http.disconnect``) cancels it
    — a handler's ``finally`` blocks (settlement) run on every exit path;
@@ -137,16 +138,40 @@ class Route:
     pattern: re.Pattern[str]
     methods: dict[str, Handler]
     authenticated: bool = True
+    body_limit_setting: str = "INFRAI_MAX_BODY_BYTES"
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest body this route accepts, read from settings on every call."""
+        return int(getattr(settings, self.body_limit_setting))
 
 
 _routes: list[Route] = []
 
 
-def route(path: str, *, methods: dict[str, Handler], authenticated: bool = True) -> None:
-    """Register ``path`` (``{name}`` captures one segment; ``{name:path}`` the rest)."""
+def route(
+    path: str,
+    *,
+    methods: dict[str, Handler],
+    authenticated: bool = True,
+    body_limit_setting: str = "INFRAI_MAX_BODY_BYTES",
+) -> None:
+    """Register ``path`` (``{name}`` captures one segment; ``{name:path}`` the rest).
+
+    ``body_limit_setting`` names the setting that caps the request body (413 above it): file
+    uploads name ``INFRAI_MAX_UPLOAD_BYTES``.
+    """
     regex = re.sub(r"\{(\w+):path\}", r"(?P<\1>.+)", path)
     regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", regex)
-    _routes.append(Route(re.compile(f"^{regex}$"), methods, authenticated))
+    _routes.append(Route(re.compile(f"^{regex}$"), methods, authenticated, body_limit_setting))
+
+
+def body_limit(path: str) -> int:
+    """The body limit of the route matching ``path`` (the default for unknown paths)."""
+    for candidate in _routes:
+        if candidate.pattern.match(path):
+            return candidate.max_body_bytes
+    return int(settings.INFRAI_MAX_BODY_BYTES)
 
 
 def resolve(method: str, path: str) -> tuple[Route, Handler, dict[str, str]]:
@@ -183,6 +208,7 @@ class V1Consumer(AsyncHttpConsumer):
         self._size = 0
         self._too_large = False
         self._task: asyncio.Task[None] | None = None
+        self._limit: int | None = None
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels' dispatch closes stale DB connections through a thread hop on every
@@ -196,7 +222,9 @@ class V1Consumer(AsyncHttpConsumer):
             return
         chunk = message.get("body", b"")
         self._size += len(chunk)
-        limit = settings.INFRAI_MAX_BODY_BYTES
+        if self._limit is None:
+            self._limit = body_limit(self.scope["path"])
+        limit = self._limit
         if self._size > limit or self._declared_length() > limit:
             self._too_large = True
             exc = RequestTooLarge(

@@ -2,19 +2,28 @@
 
 A :class:`FakeVendor` runs an aiohttp server in its own thread. Tests steer it through
 attributes: ``fail_statuses`` (statuses to answer before behaving), ``stall_s`` (sleep before
-answering), ``cut_after`` (drop the connection after N streamed chunks), ``omit_usage`` and
-``chunk_delay_s``. Every request body it received is kept in ``requests``.
+answering), ``cut_after`` (drop the connection after N streamed chunks), ``omit_usage``,
+``chunk_delay_s`` and ``images_b64_only`` (answer images as ``b64_json`` whatever was asked, like
+vendors without image URLs). Every request body it received is kept in ``requests``.
 
 Answers are deterministic: the reply to a user message is ``"Echo: <text>"`` split into one
-chunk per word; usage counts one token per word of the prompt and of the reply.
+chunk per word; usage counts one token per word of the prompt and of the reply. Embeddings are
+unit vectors derived from each input (8 dimensions unless ``dimensions`` is sent), usage one
+token per word (or per token id); images are tiny PNGs (:func:`png_bytes`) served at
+``/v1/files/<name>.png`` when answered as a URL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
+import math
+import struct
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +40,32 @@ def _last_user_text(messages: list[dict[str, Any]]) -> str:
                 return content
             return " ".join(p.get("text", "") for p in content or [] if p.get("type") == "text")
     return ""
+
+
+def png_bytes(seed: str) -> bytes:
+    """A valid 2x2 RGB PNG whose colour is derived from ``seed``."""
+    red, green, blue = hashlib.sha256(seed.encode()).digest()[:3]
+    rows = b"".join(b"\x00" + bytes([red, green, blue]) * 2 for _ in range(2))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def fake_embedding(item: str | list[int], dimensions: int) -> list[float]:
+    """A deterministic unit vector for one embeddings input."""
+    digest = hashlib.sha256(json.dumps(item).encode()).digest()
+    raw = [(digest[i % len(digest)] - 127.5) / 127.5 for i in range(dimensions)]
+    norm = math.sqrt(sum(v * v for v in raw)) or 1.0
+    return [v / norm for v in raw]
 
 
 def _count_words(messages: list[dict[str, Any]]) -> int:
@@ -55,6 +90,7 @@ class FakeVendor:
     cut_after: int | None = None
     omit_usage: bool = False
     chunk_delay_s: float = 0.0
+    images_b64_only: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
     stream_closed: threading.Event = field(default_factory=threading.Event)
     chunks_sent: int = 0
@@ -74,6 +110,7 @@ class FakeVendor:
         self.cut_after = None
         self.omit_usage = False
         self.chunk_delay_s = 0.0
+        self.images_b64_only = False
         self.requests = []
         self.chunks_sent = 0
         self.stream_closed.clear()
@@ -94,6 +131,9 @@ class FakeVendor:
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/messages", self.messages)
+        app.router.add_post("/v1/embeddings", self.embeddings)
+        app.router.add_post("/v1/images/generations", self.images)
+        app.router.add_get("/v1/files/{name}.png", self.image_file)
         runner = self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         self._loop.run_until_complete(runner.setup())
         self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
@@ -177,6 +217,43 @@ class FakeVendor:
                 out["usage"] = usage
             return web.json_response(out)
         return await self._stream_openai(request, body, words, calls, usage)
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        body, failure = await self._gate(request)
+        if failure is not None:
+            return failure
+        raw = body["input"]
+        single = isinstance(raw, str) or (bool(raw) and isinstance(raw[0], int))
+        items = [raw] if single else raw
+        dimensions = int(body.get("dimensions") or 8)
+        data = []
+        for i, item in enumerate(items):
+            vector = fake_embedding(item, dimensions)
+            packed = base64.b64encode(struct.pack(f"<{dimensions}f", *vector)).decode()
+            embedding = packed if body.get("encoding_format") == "base64" else vector
+            data.append({"object": "embedding", "index": i, "embedding": embedding})
+        used = sum(len(i.split()) if isinstance(i, str) else len(i) for i in items)
+        out: dict[str, Any] = {"object": "list", "data": data, "model": body["model"]}
+        if not self.omit_usage:
+            out["usage"] = {"prompt_tokens": used, "total_tokens": used}
+        return web.json_response(out)
+
+    async def images(self, request: web.Request) -> web.Response:
+        body, failure = await self._gate(request)
+        if failure is not None:
+            return failure
+        as_url = body.get("response_format", "url") == "url" and not self.images_b64_only
+        data = []
+        for i in range(int(body.get("n") or 1)):
+            name = hashlib.sha256(f"{body['prompt']}|{i}".encode()).hexdigest()[:16]
+            if as_url:
+                data.append({"url": f"{self.url}/files/{name}.png", "revised_prompt": "fake"})
+            else:
+                data.append({"b64_json": base64.b64encode(png_bytes(name)).decode()})
+        return web.json_response({"created": int(time.time()), "data": data})
+
+    async def image_file(self, request: web.Request) -> web.Response:
+        return web.Response(body=png_bytes(request.match_info["name"]), content_type="image/png")
 
     async def _stream_openai(self, request, body, words, calls, usage) -> web.StreamResponse:  # type: ignore[no-untyped-def]
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})

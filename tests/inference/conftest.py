@@ -7,9 +7,16 @@ from typing import Any
 
 import openai
 import pytest
+import yaml
 
-from catalog.documents import catalog_load
+from billing.models import Hold, HoldStatus, LedgerEntry
+from billing.pricing import Usage, cost_nanos
+from catalog.documents import SEED_PATH, catalog_load
+from catalog.models import Offering
+from catalog.selectors import price_in_force
+from catalog.types import PriceSnapshot
 from tests.fakes.vendors import FakeVendor
+from tests.gpu import backend_url  # noqa: F401  (one gpu-backend process per session)
 
 PRICE = {
     "effective_from": "2025-01-01T00:00:00Z",
@@ -167,6 +174,86 @@ def fake_catalog(
     Vendor.objects.exclude(name__in=[v["name"] for v in vendors]).update(enabled=False)
     catalog_load({"vendors": vendors, "models": models})
     return fakes
+
+
+LOCAL_MODELS = (
+    "SmolLM2-135M-Instruct",
+    "all-MiniLM-L6-v2",
+    "infrai-moderation-minilm",
+    "piper-en-us-joe",
+    "whisper-tiny.en",
+)
+IMAGE_PRICE = {
+    "effective_from": "2025-01-01T00:00:00Z",
+    "source": "test price (per image)",
+    "per_image_usd": {"1024x1024/standard": "0.04", "1024x1024/hd": "0.08", "*": "0.10"},
+}
+EMBED_PRICE = {
+    "effective_from": "2025-01-01T00:00:00Z",
+    "source": "test price",
+    "input_per_mtok_usd": "0.02",
+    "cached_input_per_mtok_usd": "0.02",
+}
+
+
+def offering_price(model: str, vendor: str) -> PriceSnapshot:
+    """The price in force now of ``model`` as ``vendor`` serves it (from the database)."""
+    from django.utils import timezone
+
+    offering = Offering.objects.get(model__model_id=model, vendor__name=vendor)
+    price = price_in_force(offering_id=offering.pk, at=timezone.now())
+    assert price is not None
+    return price
+
+
+def assert_billed(request_id: str, *, model: str, vendor: str, usage: Usage) -> int:
+    """Assert the ledger charged ``usage`` at the offering's price for ``request_id`` (no entry
+    when that is free) and that no hold is left open; returns the cost in nano-USD."""
+    expected = cost_nanos(price=offering_price(model, vendor), usage=usage)
+    entries = list(LedgerEntry.objects.filter(request_id=request_id))
+    assert [e.amount_nanos for e in entries] == ([-expected] if expected else [])
+    assert Hold.objects.get(request_id=request_id).status != HoldStatus.OPEN
+    assert not Hold.objects.filter(status=HoldStatus.OPEN).exists()
+    return expected
+
+
+@pytest.fixture
+def gateway_catalog(
+    fake_catalog: dict[str, FakeVendor],
+    backend_url: str,  # noqa: F811
+) -> dict[str, FakeVendor]:
+    """:func:`fake_catalog` plus the real gpu-backend's local models and fake image/embedding
+    models, for the non-chat endpoints.
+
+    - the seed's ``infrai-gpu`` vendor and local models (seed prices), pointed at the session's
+      gpu-backend and verified without a probe;
+    - ``test-image`` (tier 7; images): primary (priority 10), backup (20) — per-image prices
+      ``1024x1024/standard`` $0.04, ``1024x1024/hd`` $0.08, other sizes $0.10;
+    - ``test-embed`` (tier 6; embeddings): primary (10), backup (20) at $0.02 / 1M tokens.
+    """
+    seed = yaml.safe_load(SEED_PATH.read_text())
+    gpu = next(v for v in seed["vendors"] if v["name"] == "infrai-gpu")
+    gpu = {
+        **gpu,
+        "base_url": backend_url + "/v1",
+        "base_url_setting": "",
+        "enabled": True,
+        "verified_models": list(LOCAL_MODELS),
+    }
+    local = [m for m in seed["models"] if m["id"] in LOCAL_MODELS]
+
+    def on_fakes(price: dict[str, Any]) -> list[dict[str, Any]]:
+        return [
+            {"vendor": name, "upstream_model": "up-large", "priority": p, "prices": [price]}
+            for name, p in (("primary", 10), ("backup", 20))
+        ]
+
+    fakes = [
+        _model("test-image", tier=7, caps=["images"], offerings=on_fakes(IMAGE_PRICE)),
+        _model("test-embed", tier=6, caps=["embeddings"], offerings=on_fakes(EMBED_PRICE)),
+    ]
+    catalog_load({"vendors": [gpu], "models": [*local, *fakes]})
+    return fake_catalog
 
 
 @pytest.fixture

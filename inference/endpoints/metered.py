@@ -1,0 +1,191 @@
+"""What the non-chat endpoints share: their common fields, and one metered vendor call.
+
+An endpoint validates its body first (400 before anything is counted, held or sent), then
+:func:`open_call` counts it against the key's limits, routes it by the endpoint's capability
+and holds the worst case; :func:`call_and_settle` calls the vendors with failover and settles
+the hold exactly once on every exit path (vendor error, cancellation, success). After it returns
+the call is finished: the caller only renders the answer with ``call.infrai()`` and
+``call.headers()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from billing.pricing import Usage
+from catalog.routing import Candidate, RoutingRequest
+from config.errors import ApiError, InvalidRequest, invalid_type
+from inference.http import ApiRequest
+from inference.models import RequestStatus
+from inference.pipeline import Call
+from inference.vendors import Adapter, VendorTarget
+
+T = TypeVar("T")
+VendorCall = Callable[[Adapter, VendorTarget, Candidate], Awaitable[T]]
+
+ROUTING_PREFERENCES = ("balanced", "cheapest", "smartest", "fastest")
+# The platform's own fields (sent through the SDKs' ``extra_body``).
+EXTENSIONS = frozenset({"task", "prefer"})
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    """The routing fields every endpoint accepts: ``model`` (mode, model or ``vendor/model``)
+    and ``task`` / ``prefer`` from ``extra_body``."""
+
+    model: str
+    task: str | None
+    prefer: str | None
+
+
+def reject_unknown(data: dict[str, Any], allowed: Iterable[str]) -> None:
+    """400 ``unknown_parameter`` naming the first field of ``data`` not in ``allowed``."""
+    unknown = sorted(set(data) - set(allowed) - EXTENSIONS)
+    if unknown:
+        raise InvalidRequest(
+            f"Unrecognized request argument supplied: {unknown[0]}",
+            code="unknown_parameter",
+            param=unknown[0],
+        )
+
+
+def routing_fields(data: dict[str, Any], *, default_model: str = "auto") -> Routing:
+    """``model`` (default ``auto``), ``task`` and ``prefer``, type-checked (400 names the field)."""
+    model = data.get("model", default_model)
+    if not isinstance(model, str) or not model.strip():
+        raise invalid_type("model", "a non-empty string")
+    for name in ("task", "prefer"):
+        if data.get(name) is not None and not isinstance(data[name], str):
+            raise invalid_type(name, "a string")
+    prefer = data.get("prefer")
+    if prefer is not None and prefer not in ROUTING_PREFERENCES:
+        raise InvalidRequest(
+            f"Invalid value for 'prefer': {json.dumps(prefer)}. Use one of: "
+            f"{', '.join(ROUTING_PREFERENCES)}.",
+            code="invalid_value",
+            param="prefer",
+        )
+    return Routing(model=model.strip(), task=data.get("task"), prefer=prefer)
+
+
+def choice(data: dict[str, Any], name: str, allowed: Iterable[str], default: str) -> str:
+    """The string field ``name`` (``default`` when absent), or a 400 listing ``allowed``."""
+    value = data.get(name)
+    if value is None:
+        return default
+    options = tuple(allowed)
+    if value not in options:
+        raise InvalidRequest(
+            f"Invalid value for '{name}': {json.dumps(value)}. Supported values are: "
+            + ", ".join(f"'{o}'" for o in options)
+            + ".",
+            code="invalid_value",
+            param=name,
+        )
+    return str(value)
+
+
+def number(data: dict[str, Any], name: str, low: float, high: float) -> float | None:
+    """The number field ``name`` within ``[low, high]`` (``None`` when absent), else a 400."""
+    value = data.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise invalid_type(name, "a number")
+    if not low <= value <= high:
+        raise InvalidRequest(
+            f"Invalid value for '{name}': {json.dumps(value)}. It must be between {low:g} and "
+            f"{high:g}.",
+            code="invalid_value",
+            param=name,
+        )
+    return float(value)
+
+
+def positive_int(data: dict[str, Any], name: str, high: int) -> int | None:
+    """The integer field ``name`` in ``1..high`` (``None`` when absent), else a 400."""
+    value = data.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise invalid_type(name, "an integer")
+    if not 1 <= value <= high:
+        raise InvalidRequest(
+            f"Invalid value for '{name}': {value}. It must be between 1 and {high}.",
+            code="invalid_value",
+            param=name,
+        )
+    return value
+
+
+def optional_string(data: dict[str, Any], name: str) -> str | None:
+    """The string field ``name`` (``None`` when absent), else a 400."""
+    value = data.get(name)
+    if value is not None and not isinstance(value, str):
+        raise invalid_type(name, "a string")
+    return value
+
+
+async def open_call(
+    request: ApiRequest,
+    *,
+    endpoint: str,
+    routing: Routing,
+    capability: str,
+    limit_tokens: int,
+    expected: Usage,
+    worst_case: Callable[[Candidate], Usage],
+    params: dict[str, Any] | None = None,
+) -> Call:
+    """Limit → route → hold for one validated request; the returned call holds money.
+
+    Raises 429 (limits), 400/404/503 (routing: a pinned model without ``capability`` is a 400
+    ``unsupported_capability`` naming both) and 402 (hold) — in each case nothing is held.
+    The caller must pass the returned call to :func:`call_and_settle`, which settles it.
+    """
+    call = Call(request=request, endpoint=endpoint, requested_model=routing.model)
+    await call.limit(tokens=limit_tokens)
+    await call.route(
+        RoutingRequest(
+            model=routing.model,
+            capabilities=frozenset({capability}),
+            params=params or {},
+            task=routing.task,
+            prefer=routing.prefer,
+            expected_usage=expected,
+        )
+    )
+    await call.hold(worst_case=worst_case)
+    return call
+
+
+async def call_and_settle(
+    call: Call, fn: VendorCall[T], usage_of: Callable[[T], tuple[Usage, bool]]
+) -> T:
+    """Call the candidates with failover, charge ``usage_of(result)`` and finish the call.
+
+    ``usage_of`` returns ``(usage, estimated)``; it may raise an :class:`ApiError` for an answer
+    that cannot be billed or rendered. On every exit the hold is settled exactly once: a vendor
+    error or a refused answer charges nothing and re-raises; a cancelled call (client gone)
+    charges nothing and is logged as 499; any other exception is logged as a 500.
+    """
+    try:
+        result = await call.call(fn)
+        usage, estimated = usage_of(result)
+    except ApiError as exc:
+        await call.fail(exc)
+        raise
+    except asyncio.CancelledError:
+        call.charge(Usage())
+        await call.finish(status=RequestStatus.CANCELLED, http_status=499)
+        raise
+    except Exception:
+        await call.fail(ApiError("The server had an error while processing your request."))
+        raise
+    call.charge(usage, estimated=estimated)
+    await call.finish(status=RequestStatus.OK, http_status=200)
+    return result
