@@ -92,6 +92,7 @@ WITH w AS (
 ), s AS (
     INSERT INTO {SPEND} (project_id, month, used_nanos, held_nanos)
     SELECT %(project)s, %(month)s, 0, %(amount)s
+      FROM w  -- reading w locks the wallet row first: the same order as settlement (no deadlock)
      WHERE %(project)s::bigint IS NOT NULL
        AND (%(budget)s::bigint IS NULL OR %(amount)s <= %(budget)s::bigint)
     ON CONFLICT (project_id, month) DO UPDATE
@@ -172,6 +173,11 @@ def _open_steps(p: _OpenParams) -> bool:
     return True
 
 
+def _use_one_statement() -> bool:
+    """Whether :func:`_open_one_statement` applies (PostgreSQL); tests patch it to compare."""
+    return connection.vendor == "postgresql"
+
+
 class _Refused(Exception):
     pass
 
@@ -210,13 +216,12 @@ def hold_open(
     amount_nanos: int,
     budget_nanos: int | None = None,
     ttl_s: int = 900,
-    _one_statement: bool | None = None,
 ) -> None:
     """Reserve ``amount_nanos`` for ``request_id``; see the module docstring for the contract.
 
     Raises ``InsufficientQuota`` (``insufficient_quota`` / ``project_budget_exceeded``) with
     nothing written, or :class:`HoldExists`. ``budget_nanos`` is the project's monthly budget
-    (``None`` = no budget). ``_one_statement`` forces a code path (tests only).
+    (``None`` = no budget).
     """
     if amount_nanos < 0:
         raise ValueError("amount_nanos must be >= 0")
@@ -232,7 +237,7 @@ def hold_open(
         now=now,
         expires=now + dt.timedelta(seconds=ttl_s),
     )
-    one = connection.vendor == "postgresql" if _one_statement is None else _one_statement
+    one = _use_one_statement()
     try:
         with transaction.atomic(durable=True):
             ok = _open_one_statement(params) if one else _open_steps(params)

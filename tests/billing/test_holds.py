@@ -26,6 +26,19 @@ pytestmark = pytest.mark.django_db
 PATHS = [pytest.param(True, id="one-statement"), pytest.param(False, id="steps")]
 
 
+@pytest.fixture
+def one(request, monkeypatch):
+    """Run a test on the one-statement (PostgreSQL) path or on the portable steps."""
+    from django.db import connection
+
+    from billing.services import holds
+
+    if request.param and connection.vendor != "postgresql":
+        pytest.skip("the one-statement path is PostgreSQL only")
+    monkeypatch.setattr(holds, "_use_one_statement", lambda: request.param)
+    return request.param
+
+
 def _open(t, rid, amount, *, budget=None, one=None, ttl_s=900):
     hold_open(
         organization_id=t.org.pk,
@@ -35,7 +48,6 @@ def _open(t, rid, amount, *, budget=None, one=None, ttl_s=900):
         amount_nanos=amount,
         budget_nanos=budget,
         ttl_s=ttl_s,
-        _one_statement=one,
     )
 
 
@@ -43,12 +55,8 @@ def _wallet(t) -> Wallet:
     return Wallet.objects.get(organization=t.org)
 
 
-@pytest.mark.parametrize("one", PATHS)
+@pytest.mark.parametrize("one", PATHS, indirect=True)
 def test_hold_reserves_and_settle_debits_actual_capped(make_tenant, one):
-    from django.db import connection
-
-    if one and connection.vendor != "postgresql":
-        pytest.skip("the one-statement path is PostgreSQL only")
     t = make_tenant(balance_nanos=10 * USD)
     _open(t, "req_a", 3 * USD, one=one)
     assert wallet_summary(organization_id=t.org.pk).available_nanos == 7 * USD
@@ -68,12 +76,8 @@ def test_hold_reserves_and_settle_debits_actual_capped(make_tenant, one):
     assert not audit_findings().drift
 
 
-@pytest.mark.parametrize("one", PATHS)
+@pytest.mark.parametrize("one", PATHS, indirect=True)
 def test_insufficient_wallet_is_402_and_writes_nothing(make_tenant, one):
-    from django.db import connection
-
-    if one and connection.vendor != "postgresql":
-        pytest.skip("the one-statement path is PostgreSQL only")
     t = make_tenant(balance_nanos=USD)
     with pytest.raises(InsufficientQuota) as err:
         _open(t, "req_x", USD + 1, one=one)
@@ -94,12 +98,8 @@ def test_no_wallet_is_insufficient_quota(make_tenant):
     assert err.value.code == "insufficient_quota"
 
 
-@pytest.mark.parametrize("one", PATHS)
+@pytest.mark.parametrize("one", PATHS, indirect=True)
 def test_project_budget_counts_usage_and_open_holds(make_tenant, one):
-    from django.db import connection
-
-    if one and connection.vendor != "postgresql":
-        pytest.skip("the one-statement path is PostgreSQL only")
     t = make_tenant(balance_nanos=100 * USD, budget_nanos=5 * USD)
     _open(t, "r1", 2 * USD, budget=5 * USD, one=one)
     hold_settle(request_id="r1", actual_nanos=2 * USD)  # used 2
