@@ -33,6 +33,8 @@ from pathlib import Path
 
 import httpx
 
+from inference.gpu_backend.config import default_threads
+
 REPO = Path(__file__).resolve().parents[1]
 CHAT_MODEL = "SmolLM2-135M-Instruct"
 EMBED_MODEL = "all-MiniLM-L6-v2"
@@ -216,7 +218,7 @@ def main() -> None:
     """Parse flags, run every level, print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", help="benchmark a running server instead of starting one")
-    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--threads", type=int, default=default_threads())
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--cache-dir", default=os.environ.get("INFRAI_MODEL_CACHE_DIR"))
     parser.add_argument(

@@ -32,7 +32,9 @@ def default_threads() -> int:
     explicit = os.environ.get(ENV_THREADS)
     if explicit:
         return max(1, int(explicit))
-    return max(1, len(os.sched_getaffinity(0)))
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 def parse_model_list(raw: str | None) -> tuple[str, ...]:

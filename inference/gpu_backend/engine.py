@@ -1,7 +1,8 @@
 """Continuous batching for chat generation.
 
-One engine thread owns the model. Sequences join the running batch as soon as their prompt is
-prefilled and leave it the moment they finish, so a new request never waits for others to end.
+One engine thread owns the model. Sequences that arrived since the last step are prefilled
+together (left-padded, one forward pass), join the running batch at once and leave it the
+moment they finish, so a new request never waits for others to end.
 Each decode step is a single forward pass over every active sequence: their key/value caches are
 left-padded to a common length and an attention mask hides the padding; position ids are
 per-sequence, so a batched sequence computes exactly what it would compute alone.
@@ -27,6 +28,8 @@ from .sampling import SamplingParams, TokenChoice, choose_token, make_generator
 from .textstream import IncrementalDetokenizer, StopMatcher
 
 log = logging.getLogger("infrai.gpu_backend.engine")
+
+PREFILL_TOKEN_BUDGET = 8192  # prompt tokens prefilled in one forward pass (beyond the first)
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,7 @@ class EngineStats:
     decode_steps: int = 0
     batched_steps: int = 0
     max_batch_size: int = 0
+    max_prefill_size: int = 0
     tokens_generated: int = 0
 
     def as_dict(self) -> dict[str, int]:
@@ -165,16 +169,22 @@ class _Batch:
         self.mask: torch.Tensor | None = None
 
     def add(
-        self, seq: Sequence, layers: list[tuple[torch.Tensor, torch.Tensor]], length: int
+        self,
+        seqs: list[Sequence],
+        layers: list[tuple[torch.Tensor, torch.Tensor]],
+        mask: torch.Tensor,
     ) -> None:
-        """Append one prefilled sequence (its cache is ``[1, heads, length, dim]`` per layer)."""
-        new_mask = torch.ones((1, length), dtype=torch.long, device=layers[0][0].device)
+        """Append prefilled sequences: their caches (``[n, heads, len, dim]`` per layer) and
+        their left-padded ``[n, len]`` attention mask."""
+        if not seqs:
+            return
         if not self.seqs:
-            self.seqs, self.layers, self.mask = [seq], layers, new_mask
+            self.seqs, self.layers, self.mask = list(seqs), layers, mask
+            self.keep(list(range(len(seqs))))  # trims columns that are padding in every row
             return
         assert self.mask is not None
-        width = max(self.mask.shape[1], length)
-        old_pad, new_pad = width - self.mask.shape[1], width - length
+        width = max(self.mask.shape[1], mask.shape[1])
+        old_pad, new_pad = width - self.mask.shape[1], width - mask.shape[1]
         self.layers = [
             (
                 torch.cat([_left_pad(k_old, old_pad), _left_pad(k_new, new_pad)]),
@@ -182,8 +192,8 @@ class _Batch:
             )
             for (k_old, v_old), (k_new, v_new) in zip(self.layers, layers, strict=True)
         ]
-        self.mask = torch.cat([F.pad(self.mask, (old_pad, 0)), F.pad(new_mask, (new_pad, 0))])
-        self.seqs.append(seq)
+        self.mask = torch.cat([F.pad(self.mask, (old_pad, 0)), F.pad(mask, (new_pad, 0))])
+        self.seqs.extend(seqs)
 
     def keep(self, rows: list[int]) -> None:
         """Keep only ``rows`` and drop cache columns that are now padding for every row."""
@@ -205,6 +215,16 @@ class _Batch:
 def cache_tensors(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The ``(keys, values)`` tensors of every layer of a filled cache."""
     return [(layer.keys, layer.values) for layer in cache.layers]  # type: ignore[union-attr,misc]
+
+
+def _plain_greedy(params: SamplingParams) -> bool:
+    """True when the next token is just the argmax of the raw logits."""
+    return (
+        params.greedy
+        and params.repetition_penalty == 1.0
+        and not params.logit_bias
+        and params.top_logprobs is None
+    )
 
 
 def _left_pad(tensor: torch.Tensor, amount: int) -> torch.Tensor:
@@ -260,33 +280,68 @@ class GenerationEngine:
             seq.finish("cancelled")
 
     def _admit(self) -> None:
-        """Prefill waiting sequences (blocking briefly only when nothing is running)."""
-        while len(self._batch.seqs) < self.max_batch:
+        """Prefill the waiting sequences together (blocking briefly only when idle).
+
+        Takes as many as fit in ``max_batch`` and, beyond the first, in ``PREFILL_TOKEN_BUDGET``
+        prompt tokens; the rest wait for the next step.
+        """
+        new: list[Sequence] = []
+        budget = PREFILL_TOKEN_BUDGET
+        while len(self._batch.seqs) + len(new) < self.max_batch:
             try:
-                block = not self._batch.seqs
+                block = not self._batch.seqs and not new
                 seq = self._incoming.get(block=block, timeout=0.1 if block else None)
             except queue.Empty:
-                return
+                break
             if seq.cancelled:
                 seq.finish("cancelled")
                 continue
-            try:
-                self._prefill(seq)
-            except Exception as exc:
-                log.exception("prefill failed")
+            new.append(seq)
+            budget -= len(seq.prompt_ids)
+            if budget <= 0:
+                break
+        if not new:
+            return
+        try:
+            self._prefill(new)
+        except Exception as exc:
+            log.exception("prefill failed")
+            for seq in new:
                 seq.finish("error", f"prefill failed: {exc}")
 
     @torch.inference_mode()
-    def _prefill(self, seq: Sequence) -> None:
-        """Run the prompt alone, sample its first token and add it to the batch if not done."""
+    def _prefill(self, seqs: list[Sequence]) -> None:
+        """One forward pass over the left-padded prompts; sample each first token (so it
+        streams at once) and add the unfinished sequences to the running batch."""
         device = self.chat.spec.device
+        width = max(len(seq.prompt_ids) for seq in seqs)
+        input_ids = torch.zeros((len(seqs), width), dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for row, seq in enumerate(seqs):
+            input_ids[row, width - len(seq.prompt_ids) :] = torch.tensor(seq.prompt_ids)
+            mask[row, width - len(seq.prompt_ids) :] = 1
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
         cache = DynamicCache()
-        input_ids = torch.tensor([seq.prompt_ids], dtype=torch.long, device=device)
-        out = self.chat.model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+        out = self.chat.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         self.stats.prefills += 1
-        self.stats.sequences += 1
-        if self._accept(seq, out.logits[0, -1]):
-            self._batch.add(seq, cache_tensors(cache), len(seq.prompt_ids))
+        self.stats.sequences += len(seqs)
+        self.stats.max_prefill_size = max(self.stats.max_prefill_size, len(seqs))
+        keep = [i for i, seq in enumerate(seqs) if self._accept(seq, out.logits[i, -1])]
+        if not keep:
+            return
+        index = torch.tensor(keep, dtype=torch.long, device=device)
+        layers = [
+            (k.index_select(0, index), v.index_select(0, index)) for k, v in cache_tensors(cache)
+        ]
+        self._batch.add([seqs[i] for i in keep], layers, mask.index_select(0, index))
 
     @torch.inference_mode()
     def _decode_step(self) -> None:
@@ -325,16 +380,28 @@ class GenerationEngine:
         self.stats.max_batch_size = max(self.stats.max_batch_size, size)
         if size > 1:
             self.stats.batched_steps += 1
-        keep = [i for i, seq in enumerate(batch.seqs) if self._accept(seq, out.logits[i, -1])]
+        logits = out.logits[:, -1]
+        # Plain greedy rows need only an argmax: one batched op and one device sync for all.
+        plain = [_plain_greedy(seq.params) for seq in batch.seqs]
+        argmax = logits.argmax(dim=-1).tolist() if any(plain) else []
+        keep = [
+            i
+            for i, seq in enumerate(batch.seqs)
+            if self._accept(seq, logits[i], TokenChoice(argmax[i]) if plain[i] else None)
+        ]
         if len(keep) != size:
             batch.keep(keep)
 
-    def _accept(self, seq: Sequence, logits: torch.Tensor) -> bool:
-        """Sample the next token of ``seq`` from ``logits``; returns False once it is finished."""
+    def _accept(
+        self, seq: Sequence, logits: torch.Tensor, choice: TokenChoice | None = None
+    ) -> bool:
+        """Take the next token of ``seq`` (``choice``, or sampled from ``logits`` when None);
+        returns False once the sequence is finished."""
         params = seq.params
         device = self.chat.spec.device
-        seen = seq.seen_ids(device) if params.repetition_penalty != 1.0 else _EMPTY
-        choice = choose_token(logits, seen, params, seq.generator)
+        if choice is None:
+            seen = seq.seen_ids(device) if params.repetition_penalty != 1.0 else _EMPTY
+            choice = choose_token(logits, seen, params, seq.generator)
         self.stats.tokens_generated += 1
         if choice.token_id in self.chat.eos_token_ids:
             seq.out_ids.append(choice.token_id)

@@ -33,9 +33,9 @@ def speak(http: httpx.Client, text: str = SENTENCE, **params: object) -> httpx.R
 
 def decoded_seconds(data: bytes) -> float:
     """Seconds of audio PyAV decodes from ``data`` (any container)."""
-    with av.open(io.BytesIO(data)) as container:
+    with av.open(io.BytesIO(data), mode="r") as container:
         stream = container.streams.audio[0]
-        samples = sum(frame.samples for frame in container.decode(stream))
+        samples: int = sum(frame.samples for frame in container.decode(stream))
         return samples / stream.rate
 
 

@@ -27,7 +27,9 @@ def chat(client: openai.OpenAI, messages: list[dict[str, str]], **params: Any) -
 def test_completion_is_openai_shaped_with_exact_usage(client: openai.OpenAI) -> None:
     result = chat(client, COUNT, max_tokens=6)
     tokenizer = AutoTokenizer.from_pretrained(model_cache_dir() / MODEL)
-    prompt_ids = tokenizer.apply_chat_template(COUNT, add_generation_prompt=True, tokenize=True)
+    prompt_ids: Any = tokenizer.apply_chat_template(
+        COUNT, add_generation_prompt=True, tokenize=True
+    )
     prompt_ids = prompt_ids if isinstance(prompt_ids, list) else prompt_ids["input_ids"]
 
     assert result.id.startswith("chatcmpl-")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import httpx
 import pytest
@@ -42,7 +43,7 @@ def test_stop_matcher_earliest_stop_wins_and_flush_releases_the_rest() -> None:
 class ByteDecoder:
     """A toy tokenizer: each id is one byte of UTF-8 (so characters can span tokens)."""
 
-    def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
+    def decode(self, token_ids: Any, skip_special_tokens: bool = True, **kwargs: Any) -> str:
         return bytes(token_ids).decode("utf-8", errors="replace")
 
 
