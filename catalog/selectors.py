@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.core.cache import cache
 from django.utils import timezone
 
 from catalog import health
@@ -34,6 +33,7 @@ from catalog.types import (
     VendorHealth,
     VendorView,
 )
+from config import fastcache
 from config.db import db_async
 
 VERSION_KEY = "catalog:version"
@@ -202,18 +202,18 @@ def _max_age_s() -> float:
 
 def catalog_version() -> str:
     """The catalog version in the shared cache (created when the cache has none)."""
-    version = cache.get(VERSION_KEY)
+    version = fastcache.get_sync(VERSION_KEY)
     if version is None:
-        cache.add(VERSION_KEY, uuid.uuid4().hex, _VERSION_TTL_S)
-        version = cache.get(VERSION_KEY)
+        fastcache.add_sync(VERSION_KEY, uuid.uuid4().hex, _VERSION_TTL_S)
+        version = fastcache.get_sync(VERSION_KEY)
     return str(version)
 
 
 async def _acatalog_version() -> str:
-    version = await cache.aget(VERSION_KEY)
+    version = await fastcache.get(VERSION_KEY)
     if version is None:
-        await cache.aadd(VERSION_KEY, uuid.uuid4().hex, _VERSION_TTL_S)
-        version = await cache.aget(VERSION_KEY)
+        await fastcache.add(VERSION_KEY, uuid.uuid4().hex, 10**9)
+        version = await fastcache.get(VERSION_KEY)
     return str(version)
 
 

@@ -25,6 +25,7 @@ from catalog.selectors import (
     credentials_value,
     vendor_base_url,
 )
+from config import fastcache
 
 _PROBE_TIMEOUT_S = 10.0
 
@@ -33,9 +34,8 @@ def catalog_changed() -> None:
     """Tell every process the catalog changed (after the current transaction commits)."""
 
     def bump() -> None:
-        from django.core.cache import cache
 
-        cache.set(VERSION_KEY, uuid.uuid4().hex, None)
+        fastcache.set_sync(VERSION_KEY, uuid.uuid4().hex, None)
         catalog_snapshot_forget()
 
     transaction.on_commit(bump)

@@ -135,6 +135,27 @@ async def delete(key: str) -> None:
     await _aclient().delete(_prefix() + key)
 
 
+async def get_many(keys: list[str]) -> dict[str, Any]:
+    """The JSON values of ``keys`` that exist, in one round trip (``MGET``)."""
+    if not keys:
+        return {}
+    if not _redis_url():
+        found = {key: _memory.get(key) for key in keys}
+        return {k: v for k, v in found.items() if v is not None}
+    raws = await _aclient().mget([_prefix() + key for key in keys])
+    return {key: json.loads(raw) for key, raw in zip(keys, raws, strict=True) if raw is not None}
+
+
+async def delete_many(keys: list[str]) -> None:
+    """Remove ``keys`` in one round trip."""
+    if not _redis_url():
+        for key in keys:
+            _memory.delete(key)
+        return
+    if keys:
+        await _aclient().delete(*[_prefix() + key for key in keys])
+
+
 async def incr_many(items: list[tuple[str, int]], ttl_s: float) -> list[int]:
     """Add each amount to its counter (created with ``ttl_s`` on first use); one round trip."""
     if not _redis_url():
@@ -145,6 +166,31 @@ async def incr_many(items: list[tuple[str, int]], ttl_s: float) -> list[int]:
         pipe.expire(_prefix() + key, max(int(ttl_s), 1), nx=True)
     results = await pipe.execute()
     return [int(v) for v in results[::2]]
+
+
+def get_sync(key: str) -> Any:
+    """:func:`get` for sync code."""
+    if not _redis_url():
+        return _memory.get(key)
+    raw = _sclient().get(_prefix() + key)
+    return None if raw is None else json.loads(raw)  # type: ignore[arg-type]
+
+
+def set_sync(key: str, value: Any, ttl_s: float | None) -> None:
+    """:func:`set` for sync code; ``ttl_s=None`` keeps the value until it is replaced."""
+    if not _redis_url():
+        _memory.set(key, value, ttl_s if ttl_s is not None else 10**9)
+        return
+    ex = max(int(ttl_s), 1) if ttl_s is not None else None
+    _sclient().set(_prefix() + key, json.dumps(value), ex=ex)
+
+
+def add_sync(key: str, value: Any, ttl_s: float | None) -> bool:
+    """:func:`add` for sync code."""
+    if not _redis_url():
+        return _memory.add(key, value, ttl_s if ttl_s is not None else 10**9)
+    ex = max(int(ttl_s), 1) if ttl_s is not None else None
+    return bool(_sclient().set(_prefix() + key, json.dumps(value), ex=ex, nx=True))
 
 
 def delete_sync(key: str) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from django.core.cache import cache
 
 from catalog.models import Offering
 from catalog.selectors import VERSION_KEY, catalog_snapshot
 from catalog.services import catalog_changed
+from config import fastcache
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,7 +35,7 @@ def test_snapshot_is_reused_until_the_version_changes(seeded, settings, django_a
 def test_another_process_bumping_the_version_is_noticed(seeded, settings):
     settings.INFRAI_CATALOG_CHECK_S = 0
     first = snapshot()
-    cache.set(VERSION_KEY, "bumped-elsewhere", None)  # what another process's write does
+    fastcache.set_sync(VERSION_KEY, "bumped-elsewhere", None)  # another process's write
     assert snapshot() is not first
     assert snapshot().version == "bumped-elsewhere"
 
@@ -43,5 +43,5 @@ def test_another_process_bumping_the_version_is_noticed(seeded, settings):
 def test_version_checks_are_rate_limited(seeded, settings):
     settings.INFRAI_CATALOG_CHECK_S = 3600
     first = snapshot()
-    cache.set(VERSION_KEY, "bumped-elsewhere", None)
+    fastcache.set_sync(VERSION_KEY, "bumped-elsewhere", None)
     assert snapshot() is first
