@@ -1,0 +1,1 @@
+"""The Responses API translated to and from chat completions (pure functions, no I/O)."""
