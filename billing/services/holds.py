@@ -64,6 +64,7 @@ from config.errors import InsufficientQuota
 WALLET = Wallet._meta.db_table
 HOLD = Hold._meta.db_table
 SPEND = ProjectSpend._meta.db_table
+LEDGER = LedgerEntry._meta.db_table
 
 CODE_WALLET = "insufficient_quota"
 CODE_BUDGET = "project_budget_exceeded"
@@ -288,7 +289,81 @@ def _claim(*, request_id: str, actual_nanos: int, from_status: HoldStatus) -> _C
     return None if row is None else _Claimed(*row)
 
 
+_SETTLE_CTE = f"""
+WITH h AS (
+    UPDATE {HOLD}
+       SET status = 'settled', closed_at = %(now)s,
+           captured_nanos = CASE WHEN %(actual)s < amount_nanos THEN %(actual)s
+                                 ELSE amount_nanos END
+     WHERE request_id = %(rid)s AND status = 'open' AND captured_nanos IS NULL
+    RETURNING wallet_id, project_id, api_key_id, amount_nanos, captured_nanos, month
+), w AS (
+    UPDATE {WALLET} AS wl
+       SET balance_nanos = wl.balance_nanos - h.captured_nanos,
+           held_nanos = wl.held_nanos - h.amount_nanos,
+           auto_recharge_armed = CASE
+               WHEN wl.balance_nanos - h.captured_nanos >= wl.auto_recharge_threshold_nanos
+               THEN TRUE ELSE wl.auto_recharge_armed END,
+           updated_at = %(now)s
+      FROM h
+     WHERE wl.id = h.wallet_id
+    RETURNING wl.id, wl.balance_nanos,
+              (wl.auto_recharge_enabled AND wl.auto_recharge_armed
+               AND wl.balance_nanos < wl.auto_recharge_threshold_nanos) AS recharge_due
+), s AS (
+    UPDATE {SPEND} AS sp
+       SET held_nanos = sp.held_nanos - h.amount_nanos,
+           used_nanos = sp.used_nanos + h.captured_nanos
+      FROM h, w  -- reading w first keeps the lock order of hold_open: wallet, then spend
+     WHERE sp.project_id = h.project_id AND sp.month = h.month
+    RETURNING 1
+), l AS (
+    INSERT INTO {LEDGER} (wallet_id, kind, amount_nanos, balance_after_nanos, idempotency_key,
+                          project_id, api_key_id, request_id, external_ref, description,
+                          created_at)
+    SELECT w.id, 'usage', -h.captured_nanos, w.balance_nanos, 'usage:' || %(rid)s,
+           h.project_id, h.api_key_id, %(rid)s, '', %(desc)s, %(now)s
+      FROM h, w
+     WHERE h.captured_nanos > 0
+    RETURNING 1
+)
+SELECT h.captured_nanos, w.id, w.recharge_due, (SELECT count(*) FROM s), (SELECT count(*) FROM l)
+  FROM h, w
+"""
+
+
+def _settle_one_statement(*, request_id: str, actual_nanos: int, description: str) -> int | None:
+    """PostgreSQL: the open-hold settlement (hold, wallet, project spend, ledger) as ONE statement.
+
+    Locks the hold row, then the wallet, then the project's spend row (the order of
+    :func:`hold_open`). Returns what was charged, or ``None`` when no open hold matched.
+    """
+    with connection.cursor() as cur:
+        cur.execute(
+            _SETTLE_CTE,
+            {
+                "rid": request_id,
+                "actual": actual_nanos,
+                "desc": description[:255],
+                "now": timezone.now(),
+            },
+        )
+        row = cur.fetchone()
+    if row is None:
+        return None
+    charged, wallet_id, recharge_due = int(row[0]), int(row[1]), bool(row[2])
+    if recharge_due:
+        _recharge_on_commit(wallet_id=wallet_id)
+    return charged
+
+
 def _settle_in_tx(*, request_id: str, actual_nanos: int, description: str) -> int | None:
+    if _use_one_statement():
+        charged = _settle_one_statement(
+            request_id=request_id, actual_nanos=actual_nanos, description=description
+        )
+        if charged is not None:
+            return charged
     claimed = _claim(request_id=request_id, actual_nanos=actual_nanos, from_status=HoldStatus.OPEN)
     late = False
     if claimed is None:
