@@ -168,7 +168,7 @@ def parse_multipart(content_type: str, body: bytes) -> tuple[dict[str, Any], dic
     message = BytesParser(policy=HTTP).parsebytes(head + body)
     if not message.is_multipart():
         raise InvalidRequest(
-            "Malformed multipart/form-data body.", code="invalid_multipart", param="file"
+            "Malformed multipart/form-data body.", code="invalid_value", param="file"
         )
     fields: dict[str, Any] = {}
     files: dict[str, Upload] = {}
@@ -227,12 +227,12 @@ def audio_duration_ms(content: bytes) -> int | None:
     except (av.error.FFmpegError, ValueError, IndexError) as exc:
         raise InvalidRequest(
             f"The uploaded file is not audio we can decode ({exc}).",
-            code="invalid_audio",
+            code="invalid_value",
             param="file",
         ) from None
     if not rate or not samples:
         raise InvalidRequest(
-            "The uploaded file holds no audio.", code="invalid_audio", param="file"
+            "The uploaded file holds no audio.", code="invalid_value", param="file"
         )
     return -(-samples * 1000 // rate)
 

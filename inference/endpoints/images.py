@@ -127,7 +127,7 @@ def image_url(token: str) -> str:
 async def image_file(request: ApiRequest) -> Response:
     """``GET /v1/files/images/<token>``: the image bytes, or 404 once expired or forged."""
     token = request.path_params["token"]
-    gone = NotFound("This image URL is invalid or has expired.", code="image_not_found")
+    gone = NotFound("This image URL is invalid or has expired.", code="not_found")
     try:
         image_id = signing.TimestampSigner(salt=_SIGNING_SALT).unsign(token, max_age=url_ttl_s())
     except signing.BadSignature:

@@ -58,7 +58,7 @@ def test_b64_only_vendor_gets_a_short_lived_signed_url_served_by_us(
     assert fetched.status_code == 200 and fetched.headers["content-type"] == "image/png"
     assert fetched.content.startswith(PNG)
     forged = httpx.get(url[:-3] + ("xyz" if not url.endswith("xyz") else "abc"))
-    assert forged.status_code == 404 and forged.json()["error"]["code"] == "image_not_found"
+    assert forged.status_code == 404 and forged.json()["error"]["code"] == "not_found"
 
 
 def test_expired_image_urls_are_404(issue_key, client_for, fakes, public_base, settings):
