@@ -191,10 +191,8 @@ class Backend:
         return ModerationService(classifier, batcher), detail
 
     def _load_transcription(self) -> tuple[Transcriber, str]:
-        compute = self.spec.dtype_name if self.spec.is_cuda else "float32"
-        return Transcriber(
-            self.config.threads, self.spec
-        ), f"faster-whisper {self.spec.device.type}/{compute}"
+        transcriber = Transcriber(self.config.threads, self.spec)
+        return transcriber, f"faster-whisper {transcriber.device}/{transcriber.compute_type}"
 
     def _load_speech(self) -> tuple[Synthesizer, str]:
         synthesizer = load_synthesizer(self.config.tts_engine, self.config.threads, self.spec)

@@ -61,14 +61,28 @@ class Transcriber:
     def __init__(self, threads: int, spec: DeviceSpec) -> None:
         from faster_whisper import WhisperModel
 
-        compute_type = spec.dtype_name if spec.is_cuda else "float32"
-        self._model = WhisperModel(
-            str(whisper_tiny_en_dir()),
-            device=spec.device.type,
-            compute_type=compute_type,
-            cpu_threads=threads,
-            num_workers=1,
+        directory = str(whisper_tiny_en_dir())
+        self.device, self.compute_type = (
+            spec.device.type,
+            spec.dtype_name if spec.is_cuda else "float32",
         )
+        try:
+            self._model = WhisperModel(
+                directory,
+                device=self.device,
+                compute_type=self.compute_type,
+                cpu_threads=threads,
+                num_workers=1,
+            )
+        except (RuntimeError, ValueError):
+            if not spec.is_cuda:
+                raise
+            # ctranslate2 without usable CUDA libraries (or without this dtype): the model is
+            # tiny, so the CPU serves it; the device is reported on /health.
+            self.device, self.compute_type = "cpu", "float32"
+            self._model = WhisperModel(
+                directory, device="cpu", compute_type="float32", cpu_threads=threads, num_workers=1
+            )
         self._lock = threading.Lock()
 
     def transcribe(
