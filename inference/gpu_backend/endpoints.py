@@ -8,7 +8,6 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from .audio import FORMATS
@@ -315,8 +314,3 @@ def _numeric(fields: dict[str, Any], name: str) -> dict[str, Any]:
         except ValueError:
             return {name: value}
     return {name: value}
-
-
-def audio_duration(samples: np.ndarray, rate: int) -> float:
-    """Seconds of ``samples`` at ``rate``."""
-    return len(samples) / rate if rate else 0.0

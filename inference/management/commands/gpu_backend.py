@@ -48,7 +48,8 @@ class Command(BaseCommand):
         super().run_from_argv(argv[:2])
 
     def handle(self, *args: Any, **options: Any) -> None:
-        backend_argv = getattr(self, "_backend_argv", None) or list(options.get("backend_args") or [])
+        from_cli = getattr(self, "_backend_argv", None)
+        backend_argv = from_cli or list(options.get("backend_args") or [])
         if "-h" in backend_argv or "--help" in backend_argv:
             build_parser().print_help()
             return
