@@ -9,7 +9,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from accounts.models import User
 from accounts.selectors import organization_for_member
-from dashboard.live import group_name
+from dashboard.live import balance_payload, group_name
 from dashboard.permissions import SEE_BILLING
 
 BALANCE_KEYS = ("balance_nanos", "balance_display", "available_display", "held_display")
@@ -35,6 +35,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     group: str = ""
     may_see_billing: bool = False
+    organization_id: int = 0
 
     async def connect(self) -> None:
         slug = self.scope["url_route"]["kwargs"]["slug"]
@@ -43,6 +44,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=4403)
             return
         organization_id, self.may_see_billing = found
+        self.organization_id = organization_id
         self.group = group_name(organization_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -56,6 +58,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def live_event(self, event: dict[str, Any]) -> None:
         payload = {k: v for k, v in event.items() if k != "type"}
-        if payload.get("kind") == "balance" and not self.may_see_billing:
+        kind = payload.get("kind")
+        if kind == "balance" and not self.may_see_billing:
             return
-        await self.send_json(payload)
+        if kind != "wallet_changed":
+            await self.send_json(payload)
+        if kind in ("usage", "wallet_changed") and self.may_see_billing:
+            # The wallet moved (a call was settled, a top-up credited): read it once per open
+            # page, so API calls never pay for dashboards nobody is watching.
+            await self.send_json(
+                await database_sync_to_async(balance_payload)(organization_id=self.organization_id)
+            )

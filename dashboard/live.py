@@ -15,26 +15,28 @@ import logging
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 
+from billing.selectors import wallet_summary
+from config import live
 from dashboard.templatetags.dashboard import usd
 
 log = logging.getLogger(__name__)
 
 
-def group_name(organization_id: int) -> str:
-    """The channel-layer group of one organization's open dashboard pages."""
-    return f"org-{organization_id}"
+group_name = live.group_name
+_send = live.asend
 
 
-async def _send(organization_id: int, payload: dict[str, Any]) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        await layer.group_send(group_name(organization_id), {"type": "live.event", **payload})
-    except Exception:  # best effort: never fail the caller
-        log.warning("live push to org %s failed", organization_id, exc_info=True)
+def balance_payload(*, organization_id: int) -> dict[str, Any]:
+    """The ``balance`` event of an organization's wallet as it is now (one or two queries)."""
+    summary = wallet_summary(organization_id=organization_id)
+    return {
+        "kind": "balance",
+        "balance_nanos": summary.balance_nanos,
+        "balance_display": usd(summary.balance_nanos),
+        "available_display": usd(summary.available_nanos),
+        "held_display": usd(summary.held_nanos),
+    }
 
 
 async def apush_usage(

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from accounts.models import Organization, User
 from billing.models import EntryKind, LedgerEntry, Wallet
+from config import live
 
 WALLET_TABLE = Wallet._meta.db_table
 
@@ -109,6 +110,7 @@ def _post(
         return LedgerEntry.objects.get(idempotency_key=idempotency_key), False
     if row.auto_recharge_due:
         _recharge_on_commit(wallet_id=wallet_id)
+    live.announce_wallet_change_on_commit(row.organization_id)
     return entry, True
 
 

@@ -46,15 +46,18 @@ def test_a_member_receives_usage_and_balance_events_of_its_organization(member_c
         assert connected
         await live.apush_usage(organization_id=other.pk, **USAGE)  # not ours: never arrives
         await live.apush_usage(organization_id=org.pk, **USAGE)
-        await live.apush_balance(organization_id=org.pk, balance_nanos=5_000_000_000, held_nanos=0)
         got = [await ws.receive_json_from(timeout=5), await ws.receive_json_from(timeout=5)]
+        await live.apush_balance(organization_id=org.pk, balance_nanos=5_000_000_000, held_nanos=0)
+        got.append(await ws.receive_json_from(timeout=5))
         assert await ws.receive_nothing(timeout=0.2)
         await ws.disconnect()
         return got
 
-    usage, balance = async_to_sync(scenario)()
+    usage, refreshed, balance = async_to_sync(scenario)()
     assert usage["kind"] == "usage" and usage["request_id"] == "req_live1"
     assert usage["cost_display"] == "$0.0015"
+    # a settled call moved the wallet: the page re-reads it (empty here)
+    assert refreshed["kind"] == "balance" and refreshed["balance_display"] == "$0.00"
     assert balance == {
         "kind": "balance",
         "balance_nanos": 5_000_000_000,
@@ -107,3 +110,29 @@ def test_push_usage_from_sync_code_reaches_the_group(member_client):
         return message
 
     assert async_to_sync(listen)()["model"] == "gpt-4o-mini"
+
+
+def test_a_credit_reaches_open_wallet_pages_after_commit(member_client):
+    from billing.models import EntryKind
+    from billing.services import wallet_credit
+
+    _, owner, org = member_client(Role.BILLING)
+
+    async def scenario() -> dict:
+        ws, connected = await _connect(owner, org.slug)
+        assert connected
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(wallet_credit)(
+            organization=org,
+            amount_nanos=7_000_000_000,
+            kind=EntryKind.TOPUP,
+            idempotency_key="live-1",
+        )
+        got = await ws.receive_json_from(timeout=5)
+        await ws.disconnect()
+        return got
+
+    got = async_to_sync(scenario)()
+    assert got["kind"] == "balance"
+    assert got["balance_display"] == "$7.00"
