@@ -171,3 +171,17 @@ INFRAI_VENDOR_READ_TIMEOUT_S = env.float("INFRAI_VENDOR_READ_TIMEOUT_S", default
 INFRAI_DEFAULT_MAX_TOKENS = env.int("INFRAI_DEFAULT_MAX_TOKENS", default=4096)
 # How long a hold lives before the sweeper may release it (a process that died).
 INFRAI_HOLD_TTL_S = env.int("INFRAI_HOLD_TTL_S", default=900)
+# Prefix of every key infrai keeps in the cache/Redis.
+INFRAI_CACHE_PREFIX = env("INFRAI_CACHE_PREFIX", default="infrai")
+
+# --- catalog and routing ----------------------------------------------------------------------
+# How often a process checks the shared catalog version, and rebuilds its snapshot at the latest.
+INFRAI_CATALOG_CHECK_S = env.float("INFRAI_CATALOG_CHECK_S", default=1.0)
+INFRAI_CATALOG_MAX_AGE_S = env.float("INFRAI_CATALOG_MAX_AGE_S", default=60.0)
+# Circuit breaker: consecutive failures that open a vendor's circuit, and the cool-down.
+INFRAI_CIRCUIT_FAILURE_THRESHOLD = env.int("INFRAI_CIRCUIT_FAILURE_THRESHOLD", default=5)
+INFRAI_CIRCUIT_COOLDOWN_S = env.int("INFRAI_CIRCUIT_COOLDOWN_S", default=30)
+# How long a process reuses the vendor health it read (its own failures refresh it at once).
+INFRAI_HEALTH_MEMO_S = env.float("INFRAI_HEALTH_MEMO_S", default=0.5)
+# Lifetime of the image URLs infrai serves for vendors that only return base64.
+INFRAI_IMAGE_URL_TTL_S = env.int("INFRAI_IMAGE_URL_TTL_S", default=3600)
