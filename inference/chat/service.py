@@ -32,7 +32,8 @@ def _completion_id(call: Call) -> str:
     return "chatcmpl-" + call.request.request_id.removeprefix("req_")
 
 
-def _usage_from(body: JSON) -> Usage | None:
+def usage_from(body: JSON) -> Usage | None:
+    """The usage a chat completion (or chunk) reports, if any."""
     usage = body.get("usage")
     if not isinstance(usage, dict) or usage.get("prompt_tokens") is None:
         return None
@@ -61,7 +62,8 @@ def _message_text(message: JSON) -> str:
     return "".join(parts)
 
 
-def _estimate(chat: ChatRequest, completion_text: str) -> Usage:
+def estimate_usage(chat: ChatRequest, completion_text: str) -> Usage:
+    """Our own count (cl100k_base) of a call whose vendor reported no usage."""
     return Usage(
         input_tokens=tokens.count_messages(chat.payload["messages"]),
         output_tokens=tokens.count_text(completion_text),
@@ -119,11 +121,11 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
         call.charge(Usage())
         await call.finish(status=RequestStatus.CANCELLED, http_status=499)
         raise
-    usage = _usage_from(body)
+    usage = usage_from(body)
     estimated = usage is None
     if usage is None:
         text = "".join(_message_text(c.get("message") or {}) for c in body.get("choices", []))
-        usage = _estimate(chat, text)
+        usage = estimate_usage(chat, text)
     call.charge(usage, estimated=estimated)
     body["id"] = _completion_id(call)
     body["object"] = "chat.completion"
@@ -144,7 +146,7 @@ async def _answer_from_cache(
     call.cache_hit = True
     call.cached = {k: hit[k] for k in ("vendor", "model", "region", "routing", "ignored_params")}
     body = dict(hit["body"])
-    usage = _usage_from(body) or Usage()
+    usage = usage_from(body) or Usage()
     call.charge(usage)
     body["id"] = _completion_id(call)
     await call.finish(status=RequestStatus.OK, http_status=200)
@@ -250,7 +252,7 @@ async def _relay(
                 except VendorError as exc:
                     error = exc
                     break
-            usage = _usage_from(chunk)
+            usage = usage_from(chunk)
             if usage is not None:
                 vendor_usage = usage
             if not chunk.get("choices"):
@@ -262,7 +264,7 @@ async def _relay(
         if error is None and vendor_usage is not None:
             call.charge(vendor_usage)
         else:
-            call.charge(_estimate(chat, "".join(delivered)), estimated=True)
+            call.charge(estimate_usage(chat, "".join(delivered)), estimated=True)
         if error is not None:
             status, error_code = RequestStatus.VENDOR_ERROR, "vendor_stream_interrupted"
         else:
@@ -299,7 +301,7 @@ async def _relay(
         await upstream.aclose()  # cancels the upstream request if it is still running
         if not call.finished:
             if status is RequestStatus.CANCELLED:
-                call.charge(_estimate(chat, "".join(delivered)), estimated=True)
+                call.charge(estimate_usage(chat, "".join(delivered)), estimated=True)
             await call.finish(status=status, http_status=200, error_code=error_code)
 
 

@@ -95,10 +95,11 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_number(data: dict[str, Any], name: str, low: float, high: float) -> None:
+def number(data: dict[str, Any], name: str, low: float, high: float) -> float | None:
+    """The number field ``name`` within ``[low, high]`` (``None`` when absent), else a 400."""
     value = data.get(name)
     if value is None:
-        return
+        return None
     if not _is_number(value):
         raise invalid_type(name, "a number")
     if not low <= value <= high:
@@ -108,12 +109,14 @@ def _check_number(data: dict[str, Any], name: str, low: float, high: float) -> N
             code="invalid_value",
             param=name,
         )
+    return float(value)
 
 
-def _check_positive_int(data: dict[str, Any], name: str, high: int | None = None) -> None:
+def positive_int(data: dict[str, Any], name: str, high: int | None = None) -> int | None:
+    """The integer field ``name`` in ``1..high`` (``None`` when absent), else a 400."""
     value = data.get(name)
     if value is None:
-        return
+        return None
     if not _is_int(value):
         raise invalid_type(name, "an integer")
     if value < 1 or (high is not None and value > high):
@@ -123,6 +126,7 @@ def _check_positive_int(data: dict[str, Any], name: str, high: int | None = None
             code="invalid_value",
             param=name,
         )
+    return int(value)
 
 
 def _check_penalties(data: dict[str, Any]) -> None:
@@ -445,13 +449,13 @@ def parse_chat_request(data: dict[str, Any]) -> ChatRequest:
         raise invalid_type("model", "a non-empty string")
     has_image, prompt_bytes, message_count = _check_messages(data.get("messages"))
     _check_penalties(data)
-    _check_number(data, "temperature", 0, 2)
-    _check_number(data, "top_p", 0, 1)
-    _check_number(data, "repetition_penalty", 1, 2)
-    _check_positive_int(data, "top_k")
-    _check_positive_int(data, "n", 128)
-    _check_positive_int(data, "max_tokens")
-    _check_positive_int(data, "max_completion_tokens")
+    number(data, "temperature", 0, 2)
+    number(data, "top_p", 0, 1)
+    number(data, "repetition_penalty", 1, 2)
+    positive_int(data, "top_k")
+    positive_int(data, "n", 128)
+    positive_int(data, "max_tokens")
+    positive_int(data, "max_completion_tokens")
     tool_names = _check_tools(data)
     json_mode = _check_response_format(data)
     _check_misc(data)

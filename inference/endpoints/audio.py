@@ -31,6 +31,7 @@ from django.conf import settings
 
 from billing.pricing import Usage
 from config.errors import InvalidRequest, RequestTooLarge, invalid_type, missing_param
+from inference.chat.validation import number
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
 from inference.vendors.base import JSON, BinaryResult
@@ -96,7 +97,7 @@ def parse_speech_request(data: dict[str, Any]) -> SpeechRequest:
     if not isinstance(voice_id, str) or not voice_id:
         raise invalid_type("voice", "a voice name or {'id': ...}")
     fmt = metered.choice(data, "response_format", tuple(SPEECH_FORMATS), "mp3")
-    metered.number(data, "speed", 0.25, 4.0)
+    number(data, "speed", 0.25, 4.0)
     metered.optional_string(data, "instructions")
     metered.choice(data, "stream_format", ("audio",), "audio")
     payload = {k: v for k, v in data.items() if k in _SPEECH_FIELDS - {"model"} and v is not None}
@@ -260,7 +261,7 @@ def _check_transcription_options(fields: dict[str, Any], fmt: str) -> None:
             value = float(temperature)
         except (TypeError, ValueError):
             raise invalid_type("temperature", "a number") from None
-        metered.number({"temperature": value}, "temperature", 0.0, 1.0)
+        number({"temperature": value}, "temperature", 0.0, 1.0)
     raw = fields.get("timestamp_granularities[]", fields.get("timestamp_granularities"))
     granularities = raw if isinstance(raw, list) else [] if raw is None else [raw]
     if any(g not in ("word", "segment") for g in granularities):

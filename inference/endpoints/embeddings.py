@@ -17,6 +17,7 @@ from typing import Any
 from billing.pricing import Usage
 from config.errors import InvalidRequest, UpstreamError, invalid_type, missing_param
 from inference import tokens
+from inference.chat.validation import positive_int
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
 from inference.vendors.base import JSON
@@ -85,7 +86,7 @@ def parse_embedding_request(data: dict[str, Any]) -> EmbeddingRequest:
     routing = metered.routing_fields(data)
     items = _inputs(data.get("input"))
     fmt = metered.choice(data, "encoding_format", ("float", "base64"), "float")
-    dimensions = metered.positive_int(data, "dimensions", MAX_DIMENSIONS)
+    dimensions = positive_int(data, "dimensions", MAX_DIMENSIONS)
     metered.optional_string(data, "user")
     texts = [i for i in items if isinstance(i, str)]
     token_ids = sum(len(i) for i in items if isinstance(i, list))

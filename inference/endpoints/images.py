@@ -28,6 +28,7 @@ from django.core import signing
 from billing.pricing import Usage
 from config import fastcache
 from config.errors import InvalidRequest, NotFound, missing_param
+from inference.chat.validation import positive_int
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
 from inference.vendors import Adapter, VendorTarget, errors
@@ -82,7 +83,7 @@ def parse_image_request(data: dict[str, Any]) -> ImageRequest:
             code="invalid_value",
             param="prompt",
         )
-    n = metered.positive_int(data, "n", MAX_IMAGES) or 1
+    n = positive_int(data, "n", MAX_IMAGES) or 1
     size = metered.choice(data, "size", SIZES, DEFAULT_SIZE)
     quality = metered.choice(data, "quality", QUALITIES, DEFAULT_QUALITY)
     fmt = metered.choice(data, "response_format", ("url", "b64_json"), "url")

@@ -89,39 +89,6 @@ def choice(data: dict[str, Any], name: str, allowed: Iterable[str], default: str
     return str(value)
 
 
-def number(data: dict[str, Any], name: str, low: float, high: float) -> float | None:
-    """The number field ``name`` within ``[low, high]`` (``None`` when absent), else a 400."""
-    value = data.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise invalid_type(name, "a number")
-    if not low <= value <= high:
-        raise InvalidRequest(
-            f"Invalid value for '{name}': {json.dumps(value)}. It must be between {low:g} and "
-            f"{high:g}.",
-            code="invalid_value",
-            param=name,
-        )
-    return float(value)
-
-
-def positive_int(data: dict[str, Any], name: str, high: int) -> int | None:
-    """The integer field ``name`` in ``1..high`` (``None`` when absent), else a 400."""
-    value = data.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise invalid_type(name, "an integer")
-    if not 1 <= value <= high:
-        raise InvalidRequest(
-            f"Invalid value for '{name}': {value}. It must be between 1 and {high}.",
-            code="invalid_value",
-            param=name,
-        )
-    return value
-
-
 def optional_string(data: dict[str, Any], name: str) -> str | None:
     """The string field ``name`` (``None`` when absent), else a 400."""
     value = data.get(name)

@@ -20,7 +20,7 @@ from django.conf import settings
 from billing.pricing import Usage
 from catalog.routing import RoutingRequest
 from config.errors import ApiError
-from inference import tokens
+from inference.chat.service import estimate_usage, usage_from
 from inference.chat.validation import ChatRequest
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
@@ -43,29 +43,8 @@ def _response_id(call: Call) -> str:
     return "resp_" + call.request.request_id.removeprefix("req_")
 
 
-def chat_usage(body: JSON) -> Usage | None:
-    """The usage a chat completion or chunk reports, if any."""
-    usage = body.get("usage")
-    if not isinstance(usage, dict) or usage.get("prompt_tokens") is None:
-        return None
-    details = usage.get("prompt_tokens_details") or {}
-    return Usage(
-        input_tokens=int(usage.get("prompt_tokens") or 0),
-        cached_input_tokens=int(details.get("cached_tokens") or 0),
-        output_tokens=int(usage.get("completion_tokens") or 0),
-    )
-
-
-def estimated_usage(chat: ChatRequest, output_text: str) -> Usage:
-    """Our own count of a call the vendor reported no usage for."""
-    return Usage(
-        input_tokens=tokens.count_messages(chat.payload["messages"]),
-        output_tokens=tokens.count_text(output_text),
-    )
-
-
 def _completion_usage(chat: ChatRequest, body: JSON) -> tuple[Usage, bool]:
-    usage = chat_usage(body)
+    usage = usage_from(body)
     if usage is not None:
         return usage, False
     message = (body.get("choices") or [{}])[0].get("message") or {}
@@ -73,7 +52,7 @@ def _completion_usage(chat: ChatRequest, body: JSON) -> tuple[Usage, bool]:
     text = str(message.get("content") or "") + "".join(
         str((c.get("function") or {}).get("arguments") or "") for c in calls
     )
-    return estimated_usage(chat, text), True
+    return estimate_usage(chat, text), True
 
 
 async def responses(request: ApiRequest) -> Response | StreamingResponse:
@@ -153,7 +132,7 @@ async def _open_stream(call: Call, parsed: ResponsesRequest, payload: JSON) -> S
     async def on_close() -> None:
         await upstream.aclose()
         if not call.finished:
-            call.charge(estimated_usage(parsed.chat, translator.text), estimated=True)
+            call.charge(estimate_usage(parsed.chat, translator.text), estimated=True)
             await call.finish(status=RequestStatus.CANCELLED, http_status=499)
 
     headers = {**call.headers(final=False), "cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -187,13 +166,13 @@ async def _relay(
                 except VendorError as exc:
                     error = exc
                     break
-            vendor_usage = chat_usage(chunk) or vendor_usage
+            vendor_usage = usage_from(chunk) or vendor_usage
             for event in translator.feed(chunk):
                 yield event
         if error is None and vendor_usage is not None:
             call.charge(vendor_usage)
         else:
-            call.charge(estimated_usage(chat, translator.text), estimated=True)
+            call.charge(estimate_usage(chat, translator.text), estimated=True)
         status = RequestStatus.OK if error is None else RequestStatus.VENDOR_ERROR
         error_code = "" if error is None else "vendor_stream_interrupted"
         # Settle before the last event: a client that reads it sees its ledger entry.
@@ -212,7 +191,7 @@ async def _relay(
     finally:
         await upstream.aclose()  # cancels the upstream request if it is still running
         if not call.finished:
-            call.charge(estimated_usage(chat, translator.text), estimated=True)
+            call.charge(estimate_usage(chat, translator.text), estimated=True)
             await call.finish(status=status, http_status=200, error_code=error_code)
 
 
