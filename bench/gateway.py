@@ -121,7 +121,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--profile", help="write a py-spy flame graph of the server here (SVG)")
+    parser.add_argument(
+        "--profile", help="write py-spy raw stacks of the server here (pip install py-spy)"
+    )
     args = parser.parse_args()
 
     vendor = FakeVendor(models=["bench-up"]).start()
@@ -163,7 +165,17 @@ def main() -> None:
     )
     port = free_port()
     prefix = (
-        [str(ROOT / ".venv/bin/py-spy"), "record", "--format", "raw", "-o", args.profile, "-r", "250", "--"]
+        [
+            str(ROOT / ".venv/bin/py-spy"),
+            "record",
+            "--format",
+            "raw",
+            "-o",
+            args.profile,
+            "-r",
+            "250",
+            "--",
+        ]
         if args.profile
         else []
     )
