@@ -1,7 +1,8 @@
 """Vendor failures as the platform sees them, translated where they enter (see ``translate``).
 
 ``retryable`` says whether the next candidate may be tried: connection failures, timeouts,
-429 and 5xx are; a vendor's 4xx (other than 408/429) is about the request and is not.
+429, 5xx and the vendor refusing our credentials or model (401/403/404) are; any other 4xx is
+about the request itself and is not.
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ class VendorServerError(VendorError):
     kind = "vendor_server_error"
 
 
+class VendorMisconfigured(VendorError):
+    """The vendor refused *us* (401/403) or does not know the upstream model (404): a catalog
+    or credentials problem of this vendor, so the next candidate may well succeed."""
+
+    kind = "vendor_misconfigured"
+
+
 class VendorRejected(VendorError):
     """The vendor refused the request itself (4xx): trying elsewhere would not help."""
 
@@ -68,6 +76,8 @@ def from_status(status: int, message: str, *, vendor: str) -> VendorError:
         return VendorRateLimited(message, status=status, vendor=vendor)
     if status >= 500 or status == 408:
         return VendorServerError(message, status=status, vendor=vendor)
+    if status in (401, 403, 404):
+        return VendorMisconfigured(message, status=status, vendor=vendor)
     return VendorRejected(message, status=status, vendor=vendor)
 
 

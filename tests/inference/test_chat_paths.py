@@ -257,3 +257,20 @@ def test_anthropic_adapter_plain_stream_and_tools(issue_key, client_for, fake_ca
     resp = client.chat.completions.create(model="claude-fake", messages=MESSAGES, tools=tools)
     assert resp.choices[0].message.tool_calls[0].function.name == "get_weather"
     assert fake_catalog["anthro"].requests[-1]["tools"][0]["input_schema"] == {"type": "object"}
+
+
+def test_a_vendor_refusing_our_credentials_fails_over(issue_key, client_for, fake_catalog):
+    fake_catalog["primary"].fail_statuses = [401]
+    resp = client_for(issue_key()).chat.completions.create(model="test-large", messages=MESSAGES)
+    assert resp.infrai["vendor"] == "backup"
+
+
+def test_a_vendor_refusing_the_request_itself_is_a_400_without_failover(
+    issue_key, client_for, fake_catalog
+):
+    fake_catalog["primary"].fail_statuses = [400]
+    with pytest.raises(openai.BadRequestError) as info:
+        client_for(issue_key()).chat.completions.create(model="test-large", messages=MESSAGES)
+    assert info.value.body["code"] == "vendor_rejected_request"
+    assert fake_catalog["backup"].requests == []
+    assert not Hold.objects.filter(status=HoldStatus.OPEN).exists()

@@ -1,0 +1,179 @@
+"""Adapters as pure wire-format mappings, over httpx's MockTransport (no server needed)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from asgiref.sync import async_to_sync
+
+from inference.vendors import anthropic, errors, http
+from inference.vendors.base import VendorTarget
+from inference.vendors.openai_compat import OpenAICompatibleAdapter
+
+TARGET = VendorTarget(
+    vendor="v", base_url="http://vendor.test/v1", upstream_model="up", api_key="sk-x"
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "retryable"),
+    [
+        (429, errors.VendorRateLimited, True),
+        (500, errors.VendorServerError, True),
+        (503, errors.VendorServerError, True),
+        (401, errors.VendorMisconfigured, True),
+        (404, errors.VendorMisconfigured, True),
+        (400, errors.VendorRejected, False),
+        (422, errors.VendorRejected, False),
+    ],
+)
+def test_vendor_statuses_map_to_retryable_or_not(status, kind, retryable):
+    err = errors.from_status(status, "m", vendor="v")
+    assert isinstance(err, kind) and err.retryable is retryable
+
+
+def _with_transport(monkeypatch, handler):
+    client = httpx.AsyncClient(
+        base_url=TARGET.base_url + "/", transport=httpx.MockTransport(handler)
+    )
+    monkeypatch.setattr(http, "client_for", lambda target: client)
+    import inference.vendors.openai_compat as oc
+
+    monkeypatch.setattr(oc, "client_for", lambda target: client)
+
+
+def test_openai_adapter_sends_the_upstream_model_and_the_key(monkeypatch):
+    seen = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen["body"] = json.loads(request.content)
+        seen["auth"] = request.headers["authorization"]
+        return httpx.Response(
+            200, json={"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": 1}}
+        )
+
+    _with_transport(monkeypatch, handler)
+    body = async_to_sync(OpenAICompatibleAdapter().chat)(
+        TARGET, {"model": "canonical", "messages": [], "stream_options": {"include_usage": True}}
+    )
+    assert body["choices"][0]["message"]["content"] == "ok"
+    assert seen["body"]["model"] == "up" and "stream_options" not in seen["body"]
+    assert seen["auth"] == "Bearer sk-x"
+
+
+def test_openai_adapter_translates_errors_and_transport_failures(monkeypatch):
+    _with_transport(
+        monkeypatch, lambda r: httpx.Response(400, json={"error": {"message": "bad thing"}})
+    )
+    with pytest.raises(errors.VendorRejected, match="bad thing"):
+        async_to_sync(OpenAICompatibleAdapter().chat)(TARGET, {"messages": []})
+
+    def boom(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    _with_transport(monkeypatch, boom)
+    with pytest.raises(errors.VendorUnavailable):
+        async_to_sync(OpenAICompatibleAdapter().chat)(TARGET, {"messages": []})
+
+
+def test_openai_to_anthropic_request_mapping():
+    payload = {
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,QUJD"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": '{"a": 1}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "42"},
+        ],
+        "tools": [
+            {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+        ],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "temperature": 1.5,
+        "stop": "END",
+        "max_tokens": 10,
+    }
+    body = anthropic.to_anthropic(payload, model="claude", stream=True)
+    assert body["system"] == "be brief" and body["max_tokens"] == 10 and body["stream"] is True
+    assert body["temperature"] == 1.0  # Anthropic's range ends at 1
+    assert body["stop_sequences"] == ["END"]
+    assert body["messages"][0]["content"][1] == {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": "QUJD"},
+    }
+    assert body["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "c1", "name": "f", "input": {"a": 1}}
+    ]
+    assert body["messages"][2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "c1", "content": "42"}
+    ]
+    assert body["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
+
+
+def test_anthropic_response_and_stream_mapping():
+    reply = {
+        "id": "msg",
+        "content": [
+            {"type": "text", "text": "hi"},
+            {"type": "tool_use", "id": "t", "name": "f", "input": {"x": 1}},
+        ],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 5, "cache_read_input_tokens": 3, "output_tokens": 2},
+    }
+    out = anthropic.from_anthropic(reply, model="claude")
+    assert out["choices"][0]["finish_reason"] == "tool_calls"
+    assert out["choices"][0]["message"]["tool_calls"][0]["function"] == {
+        "name": "f",
+        "arguments": '{"x": 1}',
+    }
+    assert out["usage"] == {
+        "prompt_tokens": 8,
+        "completion_tokens": 2,
+        "total_tokens": 10,
+        "prompt_tokens_details": {"cached_tokens": 3},
+    }
+    t = anthropic.StreamTranslator("claude")
+    chunks = [
+        *t.feed(
+            "message_start",
+            {"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 4}}},
+        ),
+        *t.feed(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "Hel"},
+            },
+        ),
+        *t.feed(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "max_tokens"},
+                "usage": {"output_tokens": 1},
+            },
+        ),
+        *t.feed("message_stop", {"type": "message_stop"}),
+    ]
+    assert chunks[1]["choices"][0]["delta"] == {"content": "Hel"}
+    assert chunks[2]["choices"][0]["finish_reason"] == "length"
+    assert chunks[3]["usage"]["prompt_tokens"] == 4 and chunks[3]["usage"]["completion_tokens"] == 1
