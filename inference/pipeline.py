@@ -168,6 +168,11 @@ class Call:
             raise UpstreamTimeout("Every vendor that can serve this request timed out.")
         raise UpstreamError(f"Every vendor that can serve this request failed; last: {last.kind}.")
 
+    def vendor_failed_midway(self) -> None:
+        """The serving vendor broke after the response started: the circuit learns of it."""
+        if self.served_by is not None:
+            spawn(health.arecord_failure(self.served_by.vendor))
+
     # --- settle + record ------------------------------------------------------------------
     def charge(self, usage: Usage, *, estimated: bool = False) -> int:
         """Price ``usage`` at the serving offering's price; capped at the hold."""

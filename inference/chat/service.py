@@ -251,6 +251,7 @@ async def _relay(
                     break
                 except VendorError as exc:
                     error = exc
+                    call.vendor_failed_midway()
                     break
             usage = usage_from(chunk)
             if usage is not None:

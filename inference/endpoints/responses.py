@@ -165,6 +165,7 @@ async def _relay(
                     break
                 except VendorError as exc:
                     error = exc
+                    call.vendor_failed_midway()
                     break
             vendor_usage = usage_from(chunk) or vendor_usage
             for event in translator.feed(chunk):
