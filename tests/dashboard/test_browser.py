@@ -389,7 +389,7 @@ def _demo_organization() -> tuple[User, Organization]:
                     failovers=1 if i == 4 else 0,
                     routing={
                         "mode": "auto",
-                        "reason": "balanced: best quality per price",
+                        "why": "balanced: best quality per price",
                         "candidates": [vendor, "backup"],
                     },
                 )

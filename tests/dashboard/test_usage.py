@@ -96,7 +96,7 @@ def test_request_detail_shows_tokens_cost_latency_routing_and_failovers(member_c
         cost_nanos=1_230_000,
         latency_ms=789,
         failovers=2,
-        routing={"mode": "cheapest", "reason": "lowest expected cost", "tried": ["a", "b"]},
+        routing={"mode": "cheapest", "why": "lowest expected cost", "chosen": "a/m"},
     )
     text = client.get(f"/o/{org.slug}/usage/requests/{row.request_id}/").content.decode()
     for expected in ("1,234", "56", "$0.00123", "789 ms", "lowest expected cost", "Failovers"):
