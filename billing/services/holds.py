@@ -403,16 +403,24 @@ def _settle_in_tx(*, request_id: str, actual_nanos: int, description: str) -> in
 def hold_settle(*, request_id: str, actual_nanos: int, description: str = "") -> int:
     """Charge ``min(actual_nanos, hold)`` and release the hold; returns the nano-USD charged.
 
-    One durable transaction (hold transition, wallet, project spend, ledger entry). Exactly
+    One transaction (hold transition, wallet, project spend, ledger entry) — on PostgreSQL a
+    single statement for an open hold, else one durable ``atomic`` block. Exactly
     once: a second call — sequential or concurrent — writes nothing and returns what the first
     charged. Raises :class:`HoldNotFound` when ``request_id`` never had a hold.
     """
     if actual_nanos < 0:
         raise ValueError("actual_nanos must be >= 0")
-    with transaction.atomic(durable=True):
-        charged = _settle_in_tx(
+    charged: int | None = None
+    if _use_one_statement() and not transaction.get_connection().in_atomic_block:
+        # One statement is its own transaction: no BEGIN/COMMIT round trips on the hot path.
+        charged = _settle_one_statement(
             request_id=request_id, actual_nanos=actual_nanos, description=description
         )
+    if charged is None:
+        with transaction.atomic(durable=True):
+            charged = _settle_in_tx(
+                request_id=request_id, actual_nanos=actual_nanos, description=description
+            )
     if charged is not None:
         return charged
     hold = Hold.objects.filter(request_id=request_id).values_list("captured_nanos").first()
