@@ -4,6 +4,7 @@ Starts a fake OpenAI-compatible vendor (tests/fakes) and daphne serving the real
 the vendor in the catalog, then sends N calls at concurrency C to
 
 - ``GET /healthz`` (a bare async Django view: the floor),
+- ``GET /v1/models`` (key authentication and the catalog snapshot: the consumer's own cost),
 - ``POST /v1/chat/completions`` non-streamed and streamed (the whole path: auth, validation,
   rate limit, routing, hold, vendor call, settle, request log),
 
@@ -205,6 +206,9 @@ def main() -> None:
         floor = measure(
             server.pid, base + "/healthz", calls=args.calls, concurrency=args.concurrency
         )
+        models = measure(
+            server.pid, base + "/v1/models", calls=args.calls, concurrency=args.concurrency, key=key
+        )
         plain = measure(
             server.pid,
             base + "/v1/chat/completions",
@@ -236,6 +240,7 @@ def main() -> None:
     print(f"{'path':<40}{'ms CPU/call':>12}{'× floor':>10}")
     for name, value in (
         ("GET /healthz (bare async Django view)", floor),
+        ("GET /v1/models (auth + catalog)", models),
         ("POST /v1/chat/completions", plain),
         ("POST /v1/chat/completions stream=true", streamed),
     ):
