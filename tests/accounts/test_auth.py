@@ -99,3 +99,32 @@ def test_last_used_is_written_at_most_once_a_minute():
     first, second = async_to_sync(twice)()
     assert first is not None
     assert second == first
+
+
+@pytest.mark.django_db(transaction=True)
+def test_revocation_in_another_process_is_seen_at_once(settings):
+    """Another process (the admin, a worker) revokes; this process's cached lookup dies with it."""
+    import os
+    import subprocess
+    import sys
+
+    if not settings.REDIS_URL or settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        pytest.skip(
+            "needs Redis (the shared store) and PostgreSQL (a database two processes share)"
+        )
+    org = organization_create(name="Acme")
+    api_key, raw = api_key_create(project=project_create(organization=org, name="p"))
+    auth(f"Bearer {raw}")  # cached here
+    db = settings.DATABASES["default"]
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+    }
+    code = (
+        "import django; django.setup(); "
+        "from accounts.models import ApiKey; from accounts.services import api_key_revoke; "
+        f"api_key_revoke(api_key=ApiKey.objects.get(pk={api_key.pk}))"
+    )
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+    assert _code(f"Bearer {raw}") == "revoked_api_key"
