@@ -17,7 +17,11 @@ $PY manage.py bootstrap
 
 $PY manage.py gpu_backend --host 127.0.0.1 --port "$GPU_PORT" &
 GPU_PID=$!
-trap 'kill "$GPU_PID" 2>/dev/null || true' EXIT INT TERM
+# Periodic work (hold expiry, vendor probes, auto-recharge sweep). Embedded mode runs Celery
+# eagerly, so beat executes each task itself; production runs beat and workers on Redis.
+.venv/bin/celery -A config beat --schedule var/celerybeat-schedule --loglevel WARNING &
+BEAT_PID=$!
+trap 'kill "$GPU_PID" "$BEAT_PID" 2>/dev/null || true' EXIT INT TERM
 # Mark the local models routable as soon as the backend reports them ready.
 ( $PY manage.py catalog probe --wait 300 >/dev/null 2>&1 || true ) &
 
