@@ -51,6 +51,7 @@ class Parameter(models.TextChoices):
     TOP_P = "top_p", "top_p"
     PRESENCE_PENALTY = "presence_penalty", "presence_penalty"
     FREQUENCY_PENALTY = "frequency_penalty", "frequency_penalty"
+    DIMENSIONS = "dimensions", "dimensions"
 
 
 class Support(models.TextChoices):

@@ -148,3 +148,15 @@ def test_a_model_without_the_capability_is_named_in_the_400(issue_key, client_fo
     error = caught.value.body
     assert error["code"] == "unsupported_capability"
     assert "'test-large'" in error["message"] and "embeddings" in error["message"]
+
+
+def test_a_fixed_size_model_refuses_other_dimensions_and_routing_avoids_it(issue_key, client_for):
+    client = client_for(issue_key())
+    with pytest.raises(openai.BadRequestError) as info:
+        client.embeddings.create(model=MINILM, input="x", dimensions=256)
+    assert info.value.body["param"] == "dimensions" and MINILM in info.value.body["message"]
+    same = client.embeddings.create(model=MINILM, input="x", dimensions=384)
+    assert len(same.data[0].embedding) == 384
+    routed = client.embeddings.create(model="cheapest", input="x", dimensions=16)
+    assert routed.model_extra["infrai"]["model"] == "test-embed"
+    assert len(routed.data[0].embedding) == 16
