@@ -1,9 +1,11 @@
 """``POST /v1/audio/speech`` and ``POST /v1/audio/transcriptions``.
 
 Speech: validate → limit → route (``speech``) → hold (the input's characters at the offering's
-price per 1M characters; exact, so the hold is the charge) → call with failover → settle →
-the audio bytes with their content type, sent as a chunked stream. The ``X-Infrai-*`` headers
-carry cost and vendor (a binary body has no ``infrai`` object).
+price per 1M characters; exact, so the hold is the charge) → call with failover until a vendor
+answers → the audio relayed as the vendor sends it (chunked), settled when it ends. The
+``X-Infrai-*`` headers carry cost and vendor (a binary body has no ``infrai`` object). The
+input's characters are charged when the audio was sent whole or the client left; a vendor
+that breaks mid-audio is charged nothing (the request log says ``vendor_stream_interrupted``).
 
 Transcriptions: the body is ``multipart/form-data`` exactly as the OpenAI SDKs send it, or JSON
 with the file as base64 (or a ``data:`` URL); the route accepts bodies up to
@@ -30,11 +32,13 @@ from typing import Any, cast
 from django.conf import settings
 
 from billing.pricing import Usage
-from config.errors import InvalidRequest, RequestTooLarge, invalid_type, missing_param
+from config.errors import ApiError, InvalidRequest, RequestTooLarge, invalid_type, missing_param
 from inference.chat.validation import number
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
-from inference.vendors.base import JSON, BinaryResult
+from inference.models import RequestStatus
+from inference.vendors.base import JSON
+from inference.vendors.errors import VendorError
 
 SPEECH_ENDPOINT = "audio.speech"
 TRANSCRIPTION_ENDPOINT = "audio.transcriptions"
@@ -107,11 +111,6 @@ def parse_speech_request(data: dict[str, Any]) -> SpeechRequest:
     )
 
 
-async def _chunks(audio: bytes) -> AsyncIterator[bytes]:
-    for start in range(0, len(audio), _CHUNK_BYTES):
-        yield audio[start : start + _CHUNK_BYTES]
-
-
 async def speech(request: ApiRequest) -> StreamingResponse:
     """``POST /v1/audio/speech``. See the module docstring."""
     parsed = parse_speech_request(request.json())
@@ -126,16 +125,43 @@ async def speech(request: ApiRequest) -> StreamingResponse:
         worst_case=lambda _candidate: usage,
     )
     call.prompt = str(parsed.payload["input"])
-    result: BinaryResult = await metered.call_and_settle(
-        call,
-        lambda adapter, target, _c: adapter.speech(target, parsed.payload),
-        lambda _answer: (usage, False),
-    )
-    content_type = result.content_type
+    try:
+        content_type, audio = await call.call(
+            lambda adapter, target, _c: adapter.speech_stream(target, parsed.payload)
+        )
+    except ApiError as exc:
+        await call.fail(exc)
+        raise
+    except asyncio.CancelledError:
+        call.charge(Usage())
+        await call.finish(status=RequestStatus.CANCELLED, http_status=499)
+        raise
+    # Speech is priced by the input's characters, known now: the headers carry the cost.
+    call.charge(usage)
     if not content_type.startswith("audio/"):
         content_type = SPEECH_FORMATS[parsed.response_format]
+
+    async def relay() -> AsyncIterator[bytes]:
+        status, code = RequestStatus.CANCELLED, "client_disconnected"
+        try:
+            async for chunk in audio:
+                yield chunk
+            status, code = RequestStatus.OK, ""
+        except VendorError:
+            # The audio is cut short: nothing is charged for it.
+            call.vendor_failed_midway()
+            call.charge(Usage())
+            status, code = RequestStatus.VENDOR_ERROR, "vendor_stream_interrupted"
+        finally:
+            await audio.aclose()
+            await call.finish(status=status, http_status=200, error_code=code)
+
+    async def on_close() -> None:
+        await audio.aclose()
+        await call.finish(status=RequestStatus.CANCELLED, http_status=499)
+
     return StreamingResponse(
-        _chunks(result.content), headers=call.headers(), content_type=content_type.encode()
+        relay(), headers=call.headers(), content_type=content_type.encode(), on_close=on_close
     )
 
 

@@ -357,6 +357,11 @@ class AnthropicAdapter:
     async def speech(self, target: VendorTarget, payload: JSON) -> BinaryResult:
         return await self._unsupported(target, "speech")  # type: ignore[no-any-return]
 
+    async def speech_stream(
+        self, target: VendorTarget, payload: JSON
+    ) -> tuple[str, AsyncGenerator[bytes, None]]:
+        return await self._unsupported(target, "speech")  # type: ignore[no-any-return]
+
     async def transcribe(
         self, target: VendorTarget, fields: dict[str, str], file: tuple[str, bytes, str]
     ) -> JSON | str:

@@ -53,6 +53,13 @@ class Adapter(Protocol):
 
     async def speech(self, target: VendorTarget, payload: JSON) -> BinaryResult: ...
 
+    async def speech_stream(
+        self, target: VendorTarget, payload: JSON
+    ) -> tuple[str, AsyncGenerator[bytes, None]]:
+        """The audio's content type and its bytes as the vendor sends them. Errors before the
+        first byte raise; closing the generator cancels the upstream request."""
+        ...
+
     async def transcribe(
         self, target: VendorTarget, fields: dict[str, str], file: tuple[str, bytes, str]
     ) -> JSON | str: ...

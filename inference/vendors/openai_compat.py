@@ -143,6 +143,37 @@ class OpenAICompatibleAdapter:
             response.content, response.headers.get("content-type", "application/octet-stream")
         )
 
+    async def speech_stream(
+        self, target: VendorTarget, payload: JSON
+    ) -> tuple[str, AsyncGenerator[bytes, None]]:
+        client = client_for(target)
+        request = client.build_request(
+            "POST",
+            "audio/speech",
+            json={**payload, "model": target.upstream_model},
+            headers=_headers(target),
+            timeout=timeout_for(target),
+        )
+        with errors.translate(target.vendor):
+            response = await client.send(request, stream=True)
+        if response.status_code >= 400:
+            try:
+                with errors.translate(target.vendor):
+                    await response.aread()
+                _raise_for_status(target, response)
+            finally:
+                await response.aclose()
+
+        async def chunks() -> AsyncGenerator[bytes, None]:
+            try:
+                with errors.translate(target.vendor):
+                    async for chunk in response.aiter_bytes():
+                        yield chunk
+            finally:
+                await response.aclose()
+
+        return response.headers.get("content-type", "application/octet-stream"), chunks()
+
     async def transcribe(
         self, target: VendorTarget, fields: dict[str, str], file: tuple[str, bytes, str]
     ) -> JSON | str:

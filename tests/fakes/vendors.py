@@ -31,6 +31,8 @@ from aiohttp import web
 
 from tests.live import free_port
 
+SPEECH_CHUNKS = 8
+
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
     for message in reversed(messages):
@@ -131,6 +133,7 @@ class FakeVendor:
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/messages", self.messages)
+        app.router.add_post("/v1/audio/speech", self.speech)
         app.router.add_post("/v1/embeddings", self.embeddings)
         app.router.add_post("/v1/images/generations", self.images)
         app.router.add_get("/v1/files/{name}.png", self.image_file)
@@ -321,6 +324,25 @@ class FakeVendor:
             pass
         finally:
             self.stream_closed.set()
+        return response
+
+    async def speech(self, request: web.Request) -> web.StreamResponse:
+        """Streams ``SPEECH_CHUNKS`` chunks of fake audio (honours ``cut_after``)."""
+        _body, failure = await self._gate(request)
+        if failure is not None:
+            return failure
+        response = web.StreamResponse(headers={"content-type": "audio/mpeg"})
+        await response.prepare(request)
+        self.chunks_sent = 0
+        for i in range(SPEECH_CHUNKS):
+            if self.cut_after is not None and i >= self.cut_after:
+                request.transport.close()  # type: ignore[union-attr]
+                return response
+            await response.write(bytes([i]) * 1024)
+            self.chunks_sent += 1
+            if self.chunk_delay_s:
+                await asyncio.sleep(self.chunk_delay_s)
+        await response.write_eof()
         return response
 
     # --- Anthropic Messages ----------------------------------------------------------------

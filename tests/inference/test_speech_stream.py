@@ -1,0 +1,76 @@
+"""Speech is relayed as the vendor sends it, with failover before the first byte and honest
+billing when the audio breaks."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from billing.models import Hold, HoldStatus, LedgerEntry
+from catalog.documents import catalog_load
+from inference.models import RequestLog, RequestStatus
+from tests.fakes.vendors import SPEECH_CHUNKS
+
+TTS_PRICE = {"effective_from": "2025-01-01T00:00:00Z", "source": "test", "per_mchar_usd": "15"}
+
+
+@pytest.fixture
+def tts(fake_catalog):
+    model = {
+        "id": "test-tts",
+        "display_name": "test-tts",
+        "owned_by": "tests",
+        "capabilities": ["speech"],
+        "quality_tier": 5,
+        "created": "2025-01-01",
+        "offerings": [
+            {
+                "vendor": "primary",
+                "upstream_model": "up-large",
+                "priority": 10,
+                "prices": [TTS_PRICE],
+            },
+            {
+                "vendor": "backup",
+                "upstream_model": "up-large",
+                "priority": 20,
+                "prices": [TTS_PRICE],
+            },
+        ],
+    }
+    catalog_load({"models": [model]})
+    return fake_catalog
+
+
+def _speak(api_base, key):
+    return httpx.post(
+        api_base + "/audio/speech",
+        json={"model": "test-tts", "voice": "alloy", "input": "hello world"},
+        headers={"authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+
+
+def test_audio_is_relayed_whole_and_billed_per_character(api_base, issue_key, tts):
+    tts["primary"].fail_statuses = [503]  # failover before the first byte
+    r = _speak(api_base, issue_key())
+    assert r.status_code == 200 and r.headers["content-type"] == "audio/mpeg"
+    assert r.content == b"".join(bytes([i]) * 1024 for i in range(SPEECH_CHUNKS))
+    assert r.headers["x-infrai-vendor"] == "backup"
+    request_id = r.headers["x-infrai-request-id"]
+    assert (
+        LedgerEntry.objects.get(request_id=request_id).amount_nanos == -165_000
+    )  # 11 chars × $15/1M
+    assert r.headers["x-infrai-cost-usd"] == "0.000165"
+
+
+def test_audio_cut_by_the_vendor_is_not_charged(api_base, issue_key, tts):
+    tts["primary"].cut_after = 3
+    r = _speak(api_base, issue_key())
+    # A binary body has no error channel once it has started: the audio ends short, is logged
+    # as interrupted and costs nothing.
+    assert len(r.content) == 3 * 1024
+    log = RequestLog.objects.get(request_id=r.headers["x-infrai-request-id"])
+    assert log.status == RequestStatus.VENDOR_ERROR and log.cost_nanos == 0
+    assert not LedgerEntry.objects.filter(kind="usage").exists()
+    assert not Hold.objects.filter(status=HoldStatus.OPEN).exists()
