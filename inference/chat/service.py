@@ -199,8 +199,14 @@ def _stream_headers(call: Call, *, final: bool) -> dict[str, str]:
     return {**call.headers(final=final), "cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-async def _open_stream(call: Call, chat: ChatRequest, payload: JSON) -> StreamingResponse:
-    """Fail over until a vendor produces its first chunk, then hand the relay to the consumer."""
+async def open_upstream_stream(
+    call: Call, payload: JSON
+) -> tuple[AsyncGenerator[JSON, None], JSON]:
+    """Fail over until a vendor produces its first chunk; returns its stream and that chunk.
+
+    Nothing has reached the client yet, so every failure up to here may move on to the next
+    candidate. The caller owns the returned stream (closing it cancels the upstream request).
+    """
 
     async def first_chunk(
         adapter: Any, target: Any, _candidate: Any
@@ -215,7 +221,12 @@ async def _open_stream(call: Call, chat: ChatRequest, payload: JSON) -> Streamin
             raise
         return upstream, first
 
-    upstream, first = await call.call(first_chunk)
+    return await call.call(first_chunk)
+
+
+async def _open_stream(call: Call, chat: ChatRequest, payload: JSON) -> StreamingResponse:
+    """Open the upstream stream, then hand the relay to the consumer."""
+    upstream, first = await open_upstream_stream(call, payload)
     call.ttft_ms = (time.perf_counter_ns() - call.request.started_ns) // 1_000_000
     relay = _relay(call, chat, upstream, first)
 

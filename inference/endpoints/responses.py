@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
 
 from django.conf import settings
 
 from billing.pricing import Usage
 from catalog.routing import RoutingRequest
 from config.errors import ApiError
-from inference.chat.service import estimate_usage, usage_from
+from inference.chat.service import estimate_usage, open_upstream_stream, usage_from
 from inference.chat.validation import ChatRequest
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
@@ -34,7 +33,7 @@ from inference.responses.translate import (
     response_object,
 )
 from inference.vendors.base import JSON
-from inference.vendors.errors import VendorError, VendorUnavailable
+from inference.vendors.errors import VendorError
 
 ENDPOINT = "responses"
 
@@ -102,21 +101,8 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
 async def _open_stream(call: Call, parsed: ResponsesRequest, payload: JSON) -> StreamingResponse:
     """Fail over until a vendor produces its first chunk, then hand the relay to the consumer."""
 
-    async def first_chunk(
-        adapter: Any, target: Any, _candidate: Any
-    ) -> tuple[AsyncGenerator[JSON, None], JSON]:
-        upstream = adapter.stream_chat(target, payload)
-        try:
-            first = await upstream.__anext__()
-        except StopAsyncIteration:
-            raise VendorUnavailable("the vendor ended the stream before any chunk") from None
-        except BaseException:
-            await upstream.aclose()
-            raise
-        return upstream, first
-
     try:
-        upstream, first = await call.call(first_chunk)
+        upstream, first = await open_upstream_stream(call, payload)
     except ApiError as exc:
         await call.fail(exc)
         raise
