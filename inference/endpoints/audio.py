@@ -85,15 +85,7 @@ def parse_speech_request(data: dict[str, Any]) -> SpeechRequest:
     """Validate a speech body; 400 with ``param`` naming the field."""
     metered.reject_unknown(data, _SPEECH_FIELDS)
     routing = metered.routing_fields(data)
-    text = metered.optional_string(data, "input")
-    if text is None:
-        raise missing_param("input")
-    if not text.strip() or len(text) > MAX_SPEECH_CHARS:
-        raise InvalidRequest(
-            f"'input' must hold 1 to {MAX_SPEECH_CHARS} characters.",
-            code="invalid_value",
-            param="input",
-        )
+    text = metered.required_text(data, "input", MAX_SPEECH_CHARS)
     voice = data.get("voice")
     if voice is None:
         raise missing_param("voice")

@@ -27,7 +27,7 @@ from django.core import signing
 
 from billing.pricing import Usage
 from config import fastcache
-from config.errors import InvalidRequest, NotFound, missing_param
+from config.errors import NotFound
 from inference.chat.validation import positive_int
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
@@ -74,15 +74,7 @@ def parse_image_request(data: dict[str, Any]) -> ImageRequest:
     """Validate an image generation body; 400 with ``param`` naming the field."""
     metered.reject_unknown(data, _FIELDS)
     routing = metered.routing_fields(data)
-    prompt = metered.optional_string(data, "prompt")
-    if prompt is None:
-        raise missing_param("prompt")
-    if not prompt.strip() or len(prompt) > MAX_PROMPT_CHARS:
-        raise InvalidRequest(
-            f"'prompt' must hold 1 to {MAX_PROMPT_CHARS} characters.",
-            code="invalid_value",
-            param="prompt",
-        )
+    metered.required_text(data, "prompt", MAX_PROMPT_CHARS)
     n = positive_int(data, "n", MAX_IMAGES) or 1
     size = metered.choice(data, "size", SIZES, DEFAULT_SIZE)
     quality = metered.choice(data, "quality", QUALITIES, DEFAULT_QUALITY)

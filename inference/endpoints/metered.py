@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from billing.pricing import Usage
 from catalog.routing import Candidate, RoutingRequest
-from config.errors import ApiError, InvalidRequest, invalid_type
+from config.errors import ApiError, InvalidRequest, invalid_type, missing_param
 from inference.http import ApiRequest
 from inference.models import RequestStatus
 from inference.pipeline import Call
@@ -87,6 +87,20 @@ def choice(data: dict[str, Any], name: str, allowed: Iterable[str], default: str
             param=name,
         )
     return str(value)
+
+
+def required_text(data: dict[str, Any], name: str, max_chars: int) -> str:
+    """The required string field ``name`` with 1..``max_chars`` characters, else a 400."""
+    text = optional_string(data, name)
+    if text is None:
+        raise missing_param(name)
+    if not text.strip() or len(text) > max_chars:
+        raise InvalidRequest(
+            f"'{name}' must hold 1 to {max_chars} characters.",
+            code="invalid_value",
+            param=name,
+        )
+    return text
 
 
 def optional_string(data: dict[str, Any], name: str) -> str | None:
