@@ -42,6 +42,8 @@ from inference.vendors.errors import VendorError, VendorRejected, VendorTimeout
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _background: set[asyncio.Task[Any]] = set()
+# Streams being relayed by this process (see :func:`settle_inflight_now`).
+_inflight: set[Call] = set()
 
 
 def spawn(coro: Awaitable[Any]) -> None:
@@ -85,6 +87,9 @@ class Call:
     prompt: str = ""
     finished: bool = False
     cached: dict[str, Any] | None = None  # who served the cached answer (cache hits)
+    usage_so_far: Callable[[], Usage] | None = None  # set while streaming (shutdown billing)
+
+    __hash__ = object.__hash__  # identity: calls are kept in the in-flight set
 
     @property
     def key(self) -> KeyContext:
@@ -250,8 +255,20 @@ class Call:
         if self.finished:
             return
         self.finished = True
+        _inflight.discard(self)
+        row = self._log_row(status=status, http_status=http_status, error_code=error_code)
+        await _record_and_settle(row, self.held, self.cost_nanos)
+        spawn(_push_live(row))
+
+    def streaming(self, usage_so_far: Callable[[], Usage]) -> None:
+        """Mark the call as streaming: if the process stops before the stream ends,
+        :func:`settle_inflight_now` bills ``usage_so_far()`` (what was delivered)."""
+        self.usage_so_far = usage_so_far
+        _inflight.add(self)
+
+    def _log_row(self, *, status: RequestStatus, http_status: int, error_code: str) -> RequestLog:
         served = self.served()
-        row = RequestLog(
+        return RequestLog(
             request_id=self.request.request_id,
             organization_id=self.key.organization_id,
             project_id=self.key.project_id,
@@ -278,8 +295,6 @@ class Call:
             ignored_params=served["ignored_params"],
             prompt=self.prompt if self.key.log_prompts else "",
         )
-        await _record_and_settle(row, self.held, self.cost_nanos)
-        spawn(_push_live(row))
 
     async def fail(self, exc: ApiError) -> None:
         """:meth:`finish` for a call that ends in ``exc`` (nothing delivered, nothing charged)."""
@@ -288,8 +303,32 @@ class Call:
         await self.finish(status=status, http_status=exc.status, error_code=exc.code)
 
 
-@db_async
-def _record_and_settle_sync(row: RequestLog, held: bool, cost: int) -> None:
+def settle_inflight_now() -> int:
+    """Bill every stream this process is still relaying for what it delivered so far.
+
+    For process shutdown (registered with :mod:`atexit` by the app): daphne drops open streams
+    on SIGTERM without running their ``finally`` blocks, which would leave their holds to the
+    expiry sweeper — a free call. Synchronous; returns how many calls it settled.
+    """
+    settled = 0
+    for call in list(_inflight):
+        if call.finished or call.usage_so_far is None:
+            continue
+        call.finished = True
+        _inflight.discard(call)
+        call.charge(call.usage_so_far(), estimated=True)
+        row = call._log_row(
+            status=RequestStatus.CANCELLED, http_status=499, error_code="server_shutdown"
+        )
+        try:
+            _record_and_settle_now(row, call.held, call.cost_nanos)
+            settled += 1
+        except Exception:
+            log.exception("could not settle %s at shutdown", row.request_id)
+    return settled
+
+
+def _record_and_settle_now(row: RequestLog, held: bool, cost: int) -> None:
     row.save(force_insert=True)
     if held:
         hold_settle(
@@ -297,6 +336,9 @@ def _record_and_settle_sync(row: RequestLog, held: bool, cost: int) -> None:
             actual_nanos=cost,
             description=f"{row.endpoint} {row.model}".strip(),
         )
+
+
+_record_and_settle_sync = db_async(_record_and_settle_now)
 
 
 async def _record_and_settle(row: RequestLog, held: bool, cost: int) -> None:

@@ -250,6 +250,7 @@ async def _relay(
     vendor_usage: Usage | None = None
     error: VendorError | None = None
     status, error_code = RequestStatus.CANCELLED, "client_disconnected"
+    call.streaming(lambda: estimate_usage(chat, "".join(delivered)))
     try:
         pending: JSON | None = first
         while True:

@@ -135,6 +135,7 @@ async def speech(request: ApiRequest) -> StreamingResponse:
 
     async def relay() -> AsyncIterator[bytes]:
         status, code = RequestStatus.CANCELLED, "client_disconnected"
+        call.streaming(lambda: usage)
         try:
             async for chunk in audio:
                 yield chunk

@@ -137,6 +137,7 @@ async def _relay(
     vendor_usage: Usage | None = None
     error: VendorError | None = None
     status, error_code = RequestStatus.CANCELLED, "client_disconnected"
+    call.streaming(lambda: estimate_usage(chat, translator.text))
     try:
         for event in translator.start():
             yield event

@@ -274,3 +274,31 @@ def test_a_vendor_refusing_the_request_itself_is_a_400_without_failover(
     assert info.value.body["code"] == "vendor_rejected_request"
     assert fake_catalog["backup"].requests == []
     assert not Hold.objects.filter(status=HoldStatus.OPEN).exists()
+
+
+def test_a_stopping_process_bills_the_streams_it_is_relaying(api_base, issue_key, fake_catalog):
+    """Daphne drops open streams on SIGTERM without their cleanup; the exit hook bills them."""
+    from inference.pipeline import settle_inflight_now
+
+    fake_catalog["primary"].chunk_delay_s = 0.2
+    words = " ".join(f"w{i}" for i in range(40))
+    body = {"model": "test-large", "messages": [{"role": "user", "content": words}], "stream": True}
+    with httpx.stream(
+        "POST",
+        api_base + "/chat/completions",
+        json=body,
+        headers={"authorization": f"Bearer {issue_key()}"},
+        timeout=30,
+    ) as r:
+        request_id = r.headers["x-infrai-request-id"]
+        lines = r.iter_lines()
+        received = [
+            line for line, _ in zip(lines, range(6), strict=False) if line.startswith("data: ")
+        ]
+        assert received
+        assert settle_inflight_now() == 1  # what the atexit hook does when the process stops
+    log = RequestLog.objects.get(request_id=request_id)
+    assert log.error_code == "server_shutdown" and log.output_tokens > 0 and log.cost_nanos > 0
+    assert LedgerEntry.objects.get(request_id=request_id).amount_nanos == -log.cost_nanos
+    assert not Hold.objects.filter(status=HoldStatus.OPEN).exists()
+    assert settle_inflight_now() == 0
