@@ -3,11 +3,12 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 PORT ?= 8000
 GPU_PORT ?= 8001
-STAMP := .venv/.installed-$(shell cat pyproject.toml scripts/install.sh 2>/dev/null | sha256sum | cut -c1-16)
+INSTALL_INPUTS := pyproject.toml scripts/install.sh tests/js/package-lock.json
+STAMP := .venv/.installed-$(shell cat $(INSTALL_INPUTS) 2>/dev/null | sha256sum | cut -c1-16)
 
-.PHONY: run test install lint typecheck pytest migrate clean
+.PHONY: run test install lint clean
 
-$(STAMP): pyproject.toml scripts/install.sh
+$(STAMP): $(INSTALL_INPUTS)
 	bash scripts/install.sh
 	touch $(STAMP)
 
