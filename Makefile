@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 PORT ?= 8000
 GPU_PORT ?= 8001
-INSTALL_INPUTS := pyproject.toml scripts/install.sh tests/js/package-lock.json
+INSTALL_INPUTS := pyproject.toml scripts/install.sh
 STAMP := .venv/.installed-$(shell cat $(INSTALL_INPUTS) 2>/dev/null | sha256sum | cut -c1-16)
 
 .PHONY: run test install lint clean
@@ -20,6 +20,7 @@ run: install
 
 ## Lint, type-check and run the whole suite.
 test: install
+	bash scripts/install_test_tools.sh
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy accounts billing catalog config dashboard inference

