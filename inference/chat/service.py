@@ -224,6 +224,24 @@ async def open_upstream_stream(
     return await call.call(first_chunk)
 
 
+async def upstream_chunks(
+    call: Call, first: JSON, upstream: AsyncGenerator[JSON, None], failed: list[VendorError]
+) -> AsyncIterator[JSON]:
+    """``first`` then the vendor's chunks. A vendor failure ends the iteration: it is appended
+    to ``failed`` and the circuit breaker hears of it (the response has started: no failover)."""
+    yield first
+    while True:
+        try:
+            chunk = await upstream.__anext__()
+        except StopAsyncIteration:
+            return
+        except VendorError as exc:
+            failed.append(exc)
+            call.vendor_failed_midway()
+            return
+        yield chunk
+
+
 async def _open_stream(call: Call, chat: ChatRequest, payload: JSON) -> StreamingResponse:
     """Open the upstream stream, then hand the relay to the consumer."""
     upstream, first = await open_upstream_stream(call, payload)
@@ -251,20 +269,9 @@ async def _relay(
     error: VendorError | None = None
     status, error_code = RequestStatus.CANCELLED, "client_disconnected"
     call.streaming(lambda: estimate_usage(chat, "".join(delivered)))
+    failed: list[VendorError] = []
     try:
-        pending: JSON | None = first
-        while True:
-            if pending is not None:
-                chunk, pending = pending, None
-            else:
-                try:
-                    chunk = await upstream.__anext__()
-                except StopAsyncIteration:
-                    break
-                except VendorError as exc:
-                    error = exc
-                    call.vendor_failed_midway()
-                    break
+        async for chunk in upstream_chunks(call, first, upstream, failed):
             usage = usage_from(chunk)
             if usage is not None:
                 vendor_usage = usage
@@ -274,6 +281,7 @@ async def _relay(
             chunk["id"], chunk["model"] = completion_id, model
             yield sse.encode(chunk)
             delivered.append("".join(_message_text(c.get("delta") or {}) for c in chunk["choices"]))
+        error = failed[0] if failed else None
         if error is None and vendor_usage is not None:
             call.charge(vendor_usage)
         else:

@@ -19,7 +19,12 @@ from django.conf import settings
 from billing.pricing import Usage
 from catalog.routing import RoutingRequest
 from config.errors import ApiError
-from inference.chat.service import estimate_usage, open_upstream_stream, usage_from
+from inference.chat.service import (
+    estimate_usage,
+    open_upstream_stream,
+    upstream_chunks,
+    usage_from,
+)
 from inference.chat.validation import ChatRequest
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
@@ -141,22 +146,12 @@ async def _relay(
     try:
         for event in translator.start():
             yield event
-        pending: JSON | None = first
-        while True:
-            if pending is not None:
-                chunk, pending = pending, None
-            else:
-                try:
-                    chunk = await upstream.__anext__()
-                except StopAsyncIteration:
-                    break
-                except VendorError as exc:
-                    error = exc
-                    call.vendor_failed_midway()
-                    break
+        failed: list[VendorError] = []
+        async for chunk in upstream_chunks(call, first, upstream, failed):
             vendor_usage = usage_from(chunk) or vendor_usage
             for event in translator.feed(chunk):
                 yield event
+        error = failed[0] if failed else None
         if error is None and vendor_usage is not None:
             call.charge(vendor_usage)
         else:
