@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -295,6 +296,24 @@ class Call:
             ignored_params=served["ignored_params"],
             prompt=self.prompt if self.key.log_prompts else "",
         )
+
+    @asynccontextmanager
+    async def closed_on_failure(self) -> AsyncIterator[None]:
+        """Any failure inside the block closes the call — logged, settled with nothing charged,
+        then re-raised: an :class:`ApiError` with its status, a cancellation (the client left)
+        as 499, anything else as a 500."""
+        try:
+            yield
+        except ApiError as exc:
+            await self.fail(exc)
+            raise
+        except asyncio.CancelledError:
+            self.charge(Usage())
+            await self.finish(status=RequestStatus.CANCELLED, http_status=499)
+            raise
+        except Exception:
+            await self.fail(ApiError("The server had an error while processing your request."))
+            raise
 
     async def fail(self, exc: ApiError) -> None:
         """:meth:`finish` for a call that ends in ``exc`` (nothing delivered, nothing charged)."""

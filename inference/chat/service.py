@@ -15,7 +15,6 @@ from django.conf import settings
 
 from billing.pricing import Usage
 from catalog.routing import RoutingRequest
-from config.errors import ApiError
 from inference import response_cache, tokens
 from inference.chat.validation import ChatRequest, parse_chat_request
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
@@ -70,6 +69,21 @@ def estimate_usage(chat: ChatRequest, completion_text: str) -> Usage:
     )
 
 
+def routing_request(chat: ChatRequest, cap: int) -> RoutingRequest:
+    """What routing needs of a chat request whose output is capped at ``cap`` tokens; the
+    expected usage (for cost ranking) assumes at most 512 output tokens per choice."""
+    return RoutingRequest(
+        model=chat.model,
+        capabilities=chat.capabilities,
+        params=chat.params,
+        task=chat.task,
+        prefer=chat.prefer,
+        expected_usage=Usage(
+            input_tokens=chat.prompt_tokens_likely, output_tokens=min(cap, 512) * chat.n
+        ),
+    )
+
+
 def _worst_case(chat: ChatRequest, cap: int) -> Usage:
     return Usage(input_tokens=chat.prompt_tokens_upper, output_tokens=cap * chat.n)
 
@@ -97,30 +111,12 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
         if hit is not None:
             return await _answer_from_cache(call, chat, hit)
 
-    await call.route(
-        RoutingRequest(
-            model=chat.model,
-            capabilities=chat.capabilities,
-            params=chat.params,
-            task=chat.task,
-            prefer=chat.prefer,
-            expected_usage=Usage(
-                input_tokens=chat.prompt_tokens_likely, output_tokens=min(cap, 512) * chat.n
-            ),
-        )
-    )
+    await call.route(routing_request(chat, cap))
     await call.hold(worst_case=lambda _candidate: _worst_case(chat, cap))
-    try:
+    async with call.closed_on_failure():
         if chat.stream:
             return await _open_stream(call, chat, payload)
         body = await call.call(lambda adapter, target, _c: adapter.chat(target, payload))
-    except ApiError as exc:
-        await call.fail(exc)
-        raise
-    except BaseException:
-        call.charge(Usage())
-        await call.finish(status=RequestStatus.CANCELLED, http_status=499)
-        raise
     usage = usage_from(body)
     estimated = usage is None
     if usage is None:

@@ -32,7 +32,7 @@ from typing import Any, cast
 from django.conf import settings
 
 from billing.pricing import Usage
-from config.errors import ApiError, InvalidRequest, RequestTooLarge, invalid_type, missing_param
+from config.errors import InvalidRequest, RequestTooLarge, invalid_type, missing_param
 from inference.chat.validation import number
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
@@ -117,17 +117,10 @@ async def speech(request: ApiRequest) -> StreamingResponse:
         worst_case=lambda _candidate: usage,
     )
     call.prompt = str(parsed.payload["input"])
-    try:
+    async with call.closed_on_failure():
         content_type, audio = await call.call(
             lambda adapter, target, _c: adapter.speech_stream(target, parsed.payload)
         )
-    except ApiError as exc:
-        await call.fail(exc)
-        raise
-    except asyncio.CancelledError:
-        call.charge(Usage())
-        await call.finish(status=RequestStatus.CANCELLED, http_status=499)
-        raise
     # Speech is priced by the input's characters, known now: the headers carry the cost.
     call.charge(usage)
     if not content_type.startswith("audio/"):

@@ -10,7 +10,6 @@ the call is finished: the caller only renders the answer with ``call.infrai()`` 
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any, TypeVar
 
 from billing.pricing import Usage
 from catalog.routing import Candidate, RoutingRequest
-from config.errors import ApiError, InvalidRequest, invalid_type, missing_param
+from config.errors import InvalidRequest, invalid_type, missing_param
 from inference.http import ApiRequest
 from inference.models import RequestStatus
 from inference.pipeline import Call
@@ -154,19 +153,9 @@ async def call_and_settle(
     error or a refused answer charges nothing and re-raises; a cancelled call (client gone)
     charges nothing and is logged as 499; any other exception is logged as a 500.
     """
-    try:
+    async with call.closed_on_failure():
         result = await call.call(fn)
         usage, estimated = usage_of(result)
-    except ApiError as exc:
-        await call.fail(exc)
-        raise
-    except asyncio.CancelledError:
-        call.charge(Usage())
-        await call.finish(status=RequestStatus.CANCELLED, http_status=499)
-        raise
-    except Exception:
-        await call.fail(ApiError("The server had an error while processing your request."))
-        raise
     call.charge(usage, estimated=estimated)
     await call.finish(status=RequestStatus.OK, http_status=200)
     return result

@@ -17,11 +17,10 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from django.conf import settings
 
 from billing.pricing import Usage
-from catalog.routing import RoutingRequest
-from config.errors import ApiError
 from inference.chat.service import (
     estimate_usage,
     open_upstream_stream,
+    routing_request,
     upstream_chunks,
     usage_from,
 )
@@ -68,18 +67,7 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
     cap = chat.max_output_tokens or settings.INFRAI_DEFAULT_MAX_TOKENS
     payload = {**chat.payload, "max_tokens": cap}
     await call.limit(tokens=chat.prompt_tokens_likely + cap)
-    await call.route(
-        RoutingRequest(
-            model=chat.model,
-            capabilities=chat.capabilities,
-            params=chat.params,
-            task=chat.task,
-            prefer=chat.prefer,
-            expected_usage=Usage(
-                input_tokens=chat.prompt_tokens_likely, output_tokens=min(cap, 512)
-            ),
-        )
-    )
+    await call.route(routing_request(chat, cap))
     worst = Usage(input_tokens=chat.prompt_tokens_upper, output_tokens=cap)
     await call.hold(worst_case=lambda _candidate: worst)
     if chat.stream:
@@ -106,15 +94,8 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
 async def _open_stream(call: Call, parsed: ResponsesRequest, payload: JSON) -> StreamingResponse:
     """Fail over until a vendor produces its first chunk, then hand the relay to the consumer."""
 
-    try:
+    async with call.closed_on_failure():
         upstream, first = await open_upstream_stream(call, payload)
-    except ApiError as exc:
-        await call.fail(exc)
-        raise
-    except BaseException:
-        call.charge(Usage())
-        await call.finish(status=RequestStatus.CANCELLED, http_status=499)
-        raise
     call.ttft_ms = (time.perf_counter_ns() - call.request.started_ns) // 1_000_000
     translator = StreamTranslator(
         response_id=_response_id(call), model=call.served()["model"], echo=parsed.echo
