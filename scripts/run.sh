@@ -10,20 +10,31 @@ export INFRAI_GPU_BACKEND_URL="${INFRAI_GPU_BACKEND_URL:-http://127.0.0.1:${GPU_
 export INFRAI_PUBLIC_BASE_URL="${INFRAI_PUBLIC_BASE_URL:-http://127.0.0.1:${PORT}/v1}"
 export ORT_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 PY=.venv/bin/python
+STARTED="$(date +%s.%N)"
 mkdir -p var
+
+# The gpu-backend first: its start (imports, then model loads in the background) overlaps the
+# migrations. The chat model's GGUF was converted at install time, so it loads in seconds.
+$PY manage.py gpu_backend --host 127.0.0.1 --port "$GPU_PORT" &
+GPU_PID=$!
+trap 'kill "$GPU_PID" 2>/dev/null || true' EXIT INT TERM
 
 $PY manage.py migrate --noinput -v 0
 $PY manage.py bootstrap
-
-$PY manage.py gpu_backend --host 127.0.0.1 --port "$GPU_PORT" &
-GPU_PID=$!
 # Periodic work (hold expiry, vendor probes, auto-recharge sweep). Embedded mode runs Celery
 # eagerly, so beat executes each task itself; production runs beat and workers on Redis.
 .venv/bin/celery -A config beat --schedule var/celerybeat-schedule --loglevel WARNING &
 BEAT_PID=$!
-trap 'kill "$GPU_PID" "$BEAT_PID" 2>/dev/null || true' EXIT INT TERM
-# Mark the local models routable as soon as the backend reports them ready.
+# Mark the local models routable before the gateway starts, so its first catalog snapshot has
+# them: the backend's /v1/models lists loading models too, and a call to one of them waits in
+# the backend until it is ready (bounded, then 503 with Retry-After). Then the other vendors.
+$PY manage.py catalog probe --vendor infrai-gpu --wait 120 >/dev/null 2>&1 || true
 ( $PY manage.py catalog probe --wait 300 >/dev/null 2>&1 || true ) &
+# Say when the platform can answer, and which local models are ready (readiness lines).
+$PY -m inference.gpu_backend.readiness --backend "http://127.0.0.1:${GPU_PORT}" \
+    --gateway "http://127.0.0.1:${PORT}" --public-url "$INFRAI_PUBLIC_BASE_URL" --since "$STARTED" &
+READY_PID=$!
+trap 'kill "$GPU_PID" "$BEAT_PID" "$READY_PID" 2>/dev/null || true' EXIT INT TERM
 
 echo "serving on http://127.0.0.1:${PORT} (Ctrl-C stops)"
 .venv/bin/daphne -b 127.0.0.1 -p "$PORT" config.asgi:application

@@ -4,7 +4,8 @@ One server per test session, started as ``python -m inference.gpu_backend`` on a
 127.0.0.1; the fixture waits on ``/health`` until every model is ready. Nothing here touches
 the database. ``tests/inference/conftest.py`` registers :func:`backend_url` once for every test
 under ``tests/inference`` (the gpu-backend's own tests and the gateway's), so a session starts
-at most one backend process.
+at most one backend process. :func:`gated_backend` runs the same app in this process with its
+model loads held behind a gate, for the readiness tests.
 """
 
 from __future__ import annotations
@@ -14,12 +15,16 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 
 REPO = Path(__file__).resolve().parents[1]
 READY_TIMEOUT_S = 300.0  # the first run converts the GGUF (~25 s); later runs start in seconds
@@ -84,3 +89,74 @@ def backend_url() -> Iterator[str]:
             process.kill()
             process.wait()
         log.unlink(missing_ok=True)
+
+
+class Gate:
+    """Holds every model load of a :func:`gated_backend` until :meth:`open` (or fails them all
+    with :meth:`fail`), so tests see the server while its models are still loading."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._error: str | None = None
+
+    def open(self) -> None:
+        self._event.set()
+
+    def fail(self, error: str = "load cancelled by the test") -> None:
+        self._error = error
+        self._event.set()
+
+    def wrap(self, loader: Callable[[], Any]) -> Callable[[], Any]:
+        def gated() -> Any:
+            self._event.wait()
+            if self._error is not None:
+                raise RuntimeError(self._error)
+            return loader()
+
+        return gated
+
+
+@contextmanager
+def gated_backend(
+    models: tuple[str, ...], *, load_wait_s: float = 60.0
+) -> Iterator[tuple[str, Gate]]:
+    """A real gpu-backend app (uvicorn, in this process, CPU, one thread) whose model loads wait
+    on the yielded :class:`Gate`; yields its base URL (no ``/v1``) once HTTP answers. On exit the
+    gate fails any load still waiting."""
+    from inference.gpu_backend.app import create_app
+    from inference.gpu_backend.backend import Backend
+    from inference.gpu_backend.config import BackendConfig
+    from inference.gpu_backend.device import configure_threads
+
+    configure_threads(1)
+    gate = Gate()
+    backend = Backend(
+        BackendConfig(
+            threads=1,
+            cache_dir=model_cache_dir(),
+            models=models,
+            max_batch=4,
+            load_wait_s=load_wait_s,
+        )
+    )
+    backend._loaders = {m: gate.wrap(loader) for m, loader in backend._loaders.items()}
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(backend), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+        )
+    )
+    thread = threading.Thread(target=server.run, name="gated-backend", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            pytest.fail("the gated gpu-backend did not start")
+        time.sleep(0.05)
+    try:
+        yield url, gate
+    finally:
+        gate.fail()
+        server.should_exit = True
+        thread.join(timeout=15)

@@ -341,7 +341,7 @@ async def stats(request: Request) -> Response:
 async def api_error(request: Request, exc: Exception) -> Response:
     """``APIError`` → its OpenAI body and status."""
     assert isinstance(exc, APIError)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers or None)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:

@@ -1,12 +1,17 @@
 """The composition root: model slots, background loading, and the services behind the routes.
 
-Models load one after another on a background thread, each logging one progress line; requests
-for a model that is still loading wait for it, and ``/health`` reports every model's state.
+Models load one after another on a background thread (chat first), each logging one progress
+line. A request for a model that is still loading waits for it, up to ``--load-wait`` seconds
+(60 by default), then gets a 503 ``model_loading`` with ``Retry-After``. ``/health`` reports
+every model's state and, while loading, an estimate of the seconds until it is ready (from the
+load times of earlier starts kept in the cache dir, else typical times measured here).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import threading
 import time
@@ -15,19 +20,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import (
-    ALL_MODEL_IDS,
     CHAT_MODEL_ID,
     EMBEDDING_MODEL_ID,
     MODERATION_MODEL_ID,
     SPEECH_MODEL_ID,
     TRANSCRIPTION_MODEL_ID,
 )
-from .chat_model import load_chat_model
+from .chat_model import load_chat_model, needs_conversion
 from .config import BackendConfig
 from .device import DeviceSpec, select_device
 from .embeddings import EmbeddingBatcher, load_encoder
 from .engine import GenerationEngine
-from .errors import APIError, unavailable, unknown_model
+from .errors import APIError, still_loading, unavailable, unknown_model
 from .moderation import ModerationClassifier
 from .speech import Synthesizer, load_synthesizer
 from .transcription import Transcriber
@@ -41,7 +45,25 @@ KINDS: dict[str, str] = {
     TRANSCRIPTION_MODEL_ID: "transcription",
     SPEECH_MODEL_ID: "speech",
 }
-LOAD_WAIT_S = 600.0
+# Chat first: it is what a newcomer calls first, and the slowest to load when not converted yet.
+LOAD_ORDER: tuple[str, ...] = (
+    CHAT_MODEL_ID,
+    EMBEDDING_MODEL_ID,
+    MODERATION_MODEL_ID,
+    TRANSCRIPTION_MODEL_ID,
+    SPEECH_MODEL_ID,
+)
+# Seconds each model takes to load on one idle core when no earlier start recorded its own
+# (measured 2026-11-30 on the 2-core dev machine); the GGUF conversion adds CONVERSION_S.
+TYPICAL_LOAD_S: dict[str, float] = {
+    CHAT_MODEL_ID: 2.0,
+    EMBEDDING_MODEL_ID: 1.5,
+    MODERATION_MODEL_ID: 1.0,
+    TRANSCRIPTION_MODEL_ID: 1.0,
+    SPEECH_MODEL_ID: 1.0,
+}
+CONVERSION_S = 25.0
+LOAD_TIMES_FILE = "load-seconds.json"
 
 
 @dataclass
@@ -55,31 +77,37 @@ class ModelSlot:
     load_seconds: float | None = None
     detail: str | None = None
     value: Any = None
+    expected_s: float = 1.0
+    loading_since: float | None = None  # time.monotonic() when its load began
     done: threading.Event = field(default_factory=threading.Event)
 
-    def info(self) -> dict[str, Any]:
-        """The slot as ``/health`` shows it."""
+    def info(self, eta_s: float | None) -> dict[str, Any]:
+        """The slot as ``/health`` shows it (``eta_s``: seconds until ready, 0 when ready,
+        None when failed)."""
         return {
             "kind": self.kind,
             "state": self.state,
             "ready": self.state == "ready",
+            "eta_s": eta_s,
             "load_seconds": self.load_seconds,
             "detail": self.detail,
             "error": self.error,
         }
 
-    async def wait(self, limit_s: float = LOAD_WAIT_S) -> Any:
-        """The service once loaded; a 503 if loading failed or took longer than ``limit_s``."""
+    def remaining_s(self, now: float) -> float:
+        """Estimated seconds of loading left (its own load only; at least 1 while not done)."""
+        if self.loading_since is None:
+            return self.expected_s
+        return max(self.expected_s - (now - self.loading_since), 1.0)
+
+    async def wait(self, limit_s: float) -> bool:
+        """Wait up to ``limit_s`` seconds for the load to end; True when it ended."""
         deadline = time.monotonic() + limit_s
         while not self.done.is_set():
-            if time.monotonic() > deadline:
-                raise unavailable(
-                    f"The model `{self.model_id}` is still loading; try again shortly."
-                )
+            if time.monotonic() >= deadline:
+                return False
             await asyncio.sleep(0.05)
-        if self.state != "ready":
-            raise unavailable(f"The model `{self.model_id}` failed to load: {self.error}")
-        return self.value
+        return True
 
 
 @dataclass
@@ -97,8 +125,10 @@ class Backend:
         self.config = config
         self.spec: DeviceSpec = select_device(config.device)
         self.started = time.time()
-        order = [m for m in ALL_MODEL_IDS if m in config.models]
+        order = [m for m in LOAD_ORDER if m in config.models]
         self.slots: dict[str, ModelSlot] = {m: ModelSlot(m, KINDS[m]) for m in order}
+        self._converting = CHAT_MODEL_ID in self.slots and needs_conversion(config.cache_dir)
+        self._estimate_load_times()
         self._loaders: dict[str, Callable[[], tuple[Any, str]]] = {
             CHAT_MODEL_ID: self._load_chat,
             EMBEDDING_MODEL_ID: self._load_embeddings,
@@ -132,12 +162,46 @@ class Backend:
         if self._batcher is not None:
             self._batcher.stop()
 
+    def _estimate_load_times(self) -> None:
+        """Each slot's expected load seconds: the last start's, else the typical time."""
+        recorded: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError):
+            loaded = json.loads((self.config.cache_dir / LOAD_TIMES_FILE).read_text())
+            recorded = loaded if isinstance(loaded, dict) else {}
+        for slot in self.slots.values():
+            seconds = recorded.get(slot.model_id)
+            if isinstance(seconds, int | float) and seconds > 0:
+                slot.expected_s = float(seconds)
+            else:
+                slot.expected_s = TYPICAL_LOAD_S[slot.model_id]
+        if self._converting:
+            self.slots[CHAT_MODEL_ID].expected_s += CONVERSION_S
+
+    def _record_load_times(self) -> None:
+        """Keep this start's load times for the next start's estimates (best effort).
+
+        A chat load that included the GGUF conversion is not a typical start: left out.
+        """
+        times = {
+            m: s.load_seconds
+            for m, s in self.slots.items()
+            if s.load_seconds is not None and not (m == CHAT_MODEL_ID and self._converting)
+        }
+        if not times:
+            return
+        path = self.config.cache_dir / LOAD_TIMES_FILE
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(times, indent=1, sort_keys=True))
+
     def _load_all(self) -> None:
         for slot in self.slots.values():
             self._load(slot)
+        self._record_load_times()
 
     def _load(self, slot: ModelSlot) -> None:
         """Load one model, recording its state and logging one progress line."""
+        slot.loading_since = time.monotonic()
         slot.state = "loading"
         began = time.perf_counter()
         try:
@@ -204,7 +268,8 @@ class Backend:
         """The ready service for ``model_id`` on an endpoint of ``kind``.
 
         404 for an id this server does not serve, 400 for a model of another kind, 503 when it
-        failed to load; waits while it is still loading.
+        failed to load; while it is still loading, waits up to ``config.load_wait_s`` seconds,
+        then answers 503 ``model_loading`` with ``Retry-After`` (the estimated seconds left).
         """
         if not isinstance(model_id, str) or not model_id:
             raise APIError(
@@ -223,15 +288,39 @@ class Backend:
                 code="model_not_supported",
                 param="model",
             )
-        return await slot.wait()
+        if not await slot.wait(self.config.load_wait_s):
+            raise still_loading(model_id, self.etas().get(model_id))
+        if slot.state != "ready":
+            raise unavailable(f"The model `{model_id}` failed to load: {slot.error}")
+        return slot.value
+
+    def etas(self) -> dict[str, float | None]:
+        """Estimated seconds until each model is ready: 0 when ready, None when failed, else its
+        own remaining load time plus that of every model loading before it (one loader thread).
+        """
+        now, ahead = time.monotonic(), 0.0
+        result: dict[str, float | None] = {}
+        for model_id, slot in self.slots.items():
+            if slot.state == "ready":
+                result[model_id] = 0.0
+            elif slot.state == "failed":
+                result[model_id] = None
+            else:
+                ahead += slot.remaining_s(now)
+                result[model_id] = round(ahead, 1)
+        return result
 
     def health(self) -> dict[str, Any]:
-        """Readiness per model plus device facts and batching counters."""
-        states = {m: s.info() for m, s in self.slots.items()}
+        """Readiness per model (with ETAs) plus device facts and batching counters."""
+        etas = self.etas()
+        states = {m: s.info(etas[m]) for m, s in self.slots.items()}
         all_ready = all(s.state == "ready" for s in self.slots.values())
+        pending = [e for e in etas.values() if e]
         return {
             "status": "ok" if all_ready else "loading",
             "ready": all_ready,
+            "ready_models": [m for m, s in self.slots.items() if s.state == "ready"],
+            "eta_s": max(pending) if pending else (None if not all_ready else 0.0),
             "device": self.spec.device.type,
             "dtype": self.spec.dtype_name,
             "threads": self.config.threads,

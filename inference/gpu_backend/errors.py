@@ -20,6 +20,7 @@ class APIError(Exception):
         type: str = "invalid_request_error",
         code: str | None = None,
         param: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -27,6 +28,7 @@ class APIError(Exception):
         self.type = type
         self.code = code
         self.param = param
+        self.headers = dict(headers or {})
 
     def body(self) -> dict[str, Any]:
         """The JSON body OpenAI sends for this error."""
@@ -58,3 +60,17 @@ def unknown_model(model: str) -> APIError:
 def unavailable(message: str) -> APIError:
     """A 503 for a model that failed to load or is shutting down."""
     return APIError(503, message, type="server_error", code="model_unavailable")
+
+
+def still_loading(model: str, eta_s: float | None) -> APIError:
+    """The 503 for a model that is still loading after the bounded wait: says so, with a
+    ``Retry-After`` of the estimated seconds left (at least 1)."""
+    retry_after = max(1, round(eta_s)) if eta_s is not None else 5
+    return APIError(
+        503,
+        f"The model `{model}` is still loading (about {retry_after} s left); "
+        f"retry after {retry_after} s.",
+        type="server_error",
+        code="model_loading",
+        headers={"Retry-After": str(retry_after)},
+    )
