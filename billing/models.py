@@ -63,8 +63,9 @@ class EntryKind(models.TextChoices):
 
 
 class LedgerEntry(models.Model):
-    """An append-only balance change. Never updated or deleted (a PostgreSQL trigger refuses
-    changes to the money columns and deletes)."""
+    """An append-only balance change. Never updated, deleted or truncated: a PostgreSQL trigger
+    refuses all three (SQLite: updates), except the nulling of ``project``/``api_key``/
+    ``created_by`` when those rows are deleted (migration 0003)."""
 
     wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="entries")
     kind = models.CharField(max_length=16, choices=EntryKind.choices)

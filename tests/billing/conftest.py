@@ -30,12 +30,10 @@ class Tenant:
     key: ApiKey
 
 
-def postgres_only() -> None:
-    """Skip unless on PostgreSQL: the property proven needs real row locks and concurrency."""
+def postgres_only(why: str = "concurrent row locking") -> None:
+    """Skip unless on PostgreSQL, saying ``why`` the property proven needs it."""
     if connection.vendor != "postgresql":
-        pytest.skip(
-            "needs PostgreSQL (concurrent row locking); CI runs it with DATABASE_URL=postgres://…"
-        )
+        pytest.skip(f"needs PostgreSQL ({why}); CI runs it with DATABASE_URL=postgres://…")
 
 
 @pytest.fixture

@@ -1,0 +1,96 @@
+"""The ledger is append-only in the database itself (migration 0003): no UPDATE of any content
+column, no DELETE, no TRUNCATE by a role that does not own the table."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+
+from accounts.services import project_create
+from billing.models import EntryKind, LedgerEntry
+from billing.services import hold_open, hold_settle
+from tests.billing.conftest import USD, postgres_only
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def entry(make_tenant) -> LedgerEntry:
+    t = make_tenant(balance_nanos=10 * USD)
+    hold_open(
+        organization_id=t.org.pk,
+        project_id=t.project.pk,
+        api_key_id=t.key.pk,
+        request_id="req_a",
+        amount_nanos=USD,
+    )
+    hold_settle(request_id="req_a", actual_nanos=USD)
+    return LedgerEntry.objects.get(kind=EntryKind.USAGE)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"amount_nanos": 0},
+        {"balance_after_nanos": 0},
+        {"kind": EntryKind.CREDIT},
+        {"request_id": "other"},
+        {"external_ref": "ch_stolen"},  # refund attribution
+        {"description": "edited"},
+        {"idempotency_key": "usage:other"},
+    ],
+    ids=lambda change: next(iter(change)),
+)
+def test_update_of_any_content_column_is_refused(entry, change):
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        LedgerEntry.objects.filter(pk=entry.pk).update(**change)
+    entry.refresh_from_db()
+    assert (entry.amount_nanos, entry.description, entry.external_ref) == (-USD, "", "")
+
+
+def test_references_may_only_be_set_to_null(entry):
+    """What Django's SET_NULL writes when a project, key or user is deleted still works."""
+    other = project_create(organization=entry.wallet.organization, name="other")
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        LedgerEntry.objects.filter(pk=entry.pk).update(project=other)
+    assert LedgerEntry.objects.filter(pk=entry.pk).update(project=None, api_key=None) == 1
+    entry.refresh_from_db()
+    assert (entry.project_id, entry.api_key_id, entry.amount_nanos) == (None, None, -USD)
+
+
+def test_delete_is_refused(entry):
+    # SQLite: Django's test runner empties tables with DELETE, so no trigger refuses it there.
+    postgres_only("the ledger's DELETE trigger")
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        LedgerEntry.objects.filter(pk=entry.pk).delete()
+    assert LedgerEntry.objects.filter(pk=entry.pk).exists()
+
+
+def test_truncate_is_refused_to_a_role_that_does_not_own_the_ledger(entry):
+    """Even with the TRUNCATE privilege granted (e.g. a careless ``GRANT ALL``)."""
+    postgres_only("roles and TRUNCATE")
+    role = f"infrai_test_app_{secrets.token_hex(4)}"  # rolled back with the test transaction
+    with connection.cursor() as cur:
+        # Run the deferred FK checks of the rows inserted above now: PostgreSQL refuses a
+        # TRUNCATE of a table with pending trigger events whatever our trigger says.
+        cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cur.execute(f"CREATE ROLE {role} NOLOGIN")
+        cur.execute(f"GRANT TRUNCATE, SELECT ON billing_ledgerentry TO {role}")
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+            cur.execute(f"SET LOCAL ROLE {role}")
+            cur.execute("TRUNCATE billing_ledgerentry")
+        cur.execute("RESET ROLE")
+    assert LedgerEntry.objects.filter(pk=entry.pk).exists()
+    # The owner (here the test superuser) may: it could disable the trigger anyway, and the
+    # test runner empties its throw-away database this way.
+    with transaction.atomic():
+        sid = transaction.savepoint()
+        with connection.cursor() as cur:
+            cur.execute("TRUNCATE billing_ledgerentry")
+        assert not LedgerEntry.objects.exists()
+        transaction.savepoint_rollback(sid)
+    assert LedgerEntry.objects.filter(pk=entry.pk).exists()
+    with connection.cursor() as cur:
+        cur.execute("SET CONSTRAINTS ALL DEFERRED")
