@@ -1,12 +1,82 @@
-"""Money invariants, checked by ``manage.py billing_audit`` and the tests."""
+"""Money invariants, checked by ``manage.py billing_audit``, the ``billing.audit`` beat task and
+the tests.
+
+:func:`audit_findings` checks, read-only:
+
+- ``balance``: each wallet's balance == the sum of its ledger entries;
+- ``newest_entry``: the newest entry's ``balance_after_nanos`` == the wallet's balance;
+- ``chain``: per wallet in pk order, each entry's ``balance_after_nanos`` == the previous
+  entry's ``balance_after_nanos`` + its own amount (the first entry: its amount) — catches
+  edited or inserted rows even where the sums still agree;
+- ``held``: each wallet's ``held_nanos`` == the sum of its open holds;
+- ``spend``: each project's monthly ``held_nanos`` == the sum of its open holds;
+- ``stuck_hold``: holds still open more than :data:`EXPIRY_GRACE_S` after their ``expires_at``
+  (the sweeper is not running, or is failing);
+- ``capture``: settled holds whose ``captured_nanos`` differs from their ``usage`` entry (none
+  when 0 was captured);
+- ``negative_cost``: request logs with ``cost_nanos < 0``;
+- ``log_without_entry``: request logs with ``cost_nanos > 0`` and no ``usage`` entry of that
+  ``request_id``, or one of another amount — except a settlement after the hold expired that
+  could only collect what the wallet had left (its hold had a ``hold_expired`` entry and
+  captured exactly what the entry charged; the entry's description says what went uncollected);
+- ``entry_without_log``: ``usage`` entries with no request log of that ``request_id``.
+
+The request log belongs to the inference app; billing must not import inference modules, so
+its model is looked up by name (``apps.get_model("inference", "RequestLog")``) and the two
+``*_log*`` checks are skipped when that app is not installed.
+
+Every check is one query that returns only the offending rows (aggregates, correlated
+subqueries and a window function on the database, never a query per row), at most
+:data:`LIMIT` each; all run in one REPEATABLE READ snapshot on PostgreSQL, so concurrent
+settlements cannot make the checks disagree with each other.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from django.db.models import Count, Sum
+from django.apps import apps
+from django.db import connection, models, transaction
+from django.db.models import (
+    BigIntegerField,
+    Exists,
+    F,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+    Value,
+    Window,
+)
+from django.db.models.functions import Coalesce, Concat, Lag
+from django.utils import timezone
 
-from billing.models import Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
+from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
+
+#: An open hold is reported only this long after its ``expires_at`` (the sweeper runs every
+#: minute; a hold it is about to release is not a finding).
+EXPIRY_GRACE_S = 120
+#: At most this many findings per check (the rest are summarised in one line).
+LIMIT = 50
+
+#: Checks that compare the ledger with the inference app's request log.
+LOG_CHECKS = frozenset({"negative_cost", "log_without_entry", "entry_without_log"})
+
+_ZERO = Value(0, output_field=BigIntegerField())
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One broken invariant: which ``check`` and what exactly (ids and amounts in nano-USD)."""
+
+    check: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.check}: {self.detail}"
 
 
 @dataclass
@@ -14,63 +84,274 @@ class AuditReport:
     wallets: int = 0
     entries: int = 0
     open_holds: int = 0
-    drift: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def drift(self) -> list[str]:
+        """Every finding as a line (empty: the books are clean)."""
+        return [str(f) for f in self.findings]
+
+    @property
+    def money(self) -> list[str]:
+        """The findings about wallets, ledger, holds and spend alone (not the request log):
+        what a test that settles holds without writing request logs can assert on."""
+        return [str(f) for f in self.findings if f.check not in LOG_CHECKS]
+
+
+def _add(report: AuditReport, check: str, rows: Iterable[Any], line: Any) -> None:
+    """Append one finding per row (at most :data:`LIMIT`, then one summary line)."""
+    for n, row in enumerate(rows):
+        if n == LIMIT:
+            report.findings.append(Finding(check, f"more than {LIMIT} rows; only these listed"))
+            return
+        report.findings.append(Finding(check, line(row)))
+
+
+def _sum_of(queryset: models.QuerySet[Any], group: str) -> Subquery:
+    return Subquery(
+        queryset.order_by().values(group).annotate(s=Sum("amount_nanos")).values("s")[:1],
+        output_field=BigIntegerField(),
+    )
+
+
+def _charged(usage: models.QuerySet[LedgerEntry]) -> Subquery:
+    """The nano-USD a ``usage`` entry charged (its amount, negated)."""
+    return Subquery(
+        usage.annotate(c=_ZERO - F("amount_nanos")).values("c")[:1],
+        output_field=BigIntegerField(),
+    )
+
+
+def _wallets(report: AuditReport) -> None:
+    open_holds = Hold.objects.filter(status=HoldStatus.OPEN)
+    rows = (
+        Wallet.objects.annotate(
+            ledger=Coalesce(
+                _sum_of(LedgerEntry.objects.filter(wallet=OuterRef("pk")), "wallet"), _ZERO
+            ),
+            open_held=Coalesce(_sum_of(open_holds.filter(wallet=OuterRef("pk")), "wallet"), _ZERO),
+            newest=Subquery(
+                LedgerEntry.objects.filter(wallet=OuterRef("pk"))
+                .order_by("-pk")
+                .values("balance_after_nanos")[:1]
+            ),
+        )
+        .filter(
+            ~Q(balance_nanos=F("ledger"))
+            | ~Q(held_nanos=F("open_held"))
+            | (Q(newest__isnull=False) & ~Q(newest=F("balance_nanos")))
+        )
+        .order_by("pk")
+        .values_list(
+            "pk", "organization_id", "balance_nanos", "held_nanos", "ledger", "open_held", "newest"
+        )[: LIMIT + 1]
+    )
+    for pk, org, balance, held, ledger, open_held, newest in rows:
+        if balance != ledger:
+            report.findings.append(
+                Finding(
+                    "balance",
+                    f"wallet {pk} (org {org}): balance {balance} != ledger sum {ledger} "
+                    f"(drift {balance - ledger})",
+                )
+            )
+        if held != open_held:
+            report.findings.append(
+                Finding("held", f"wallet {pk}: held {held} != open holds {open_held}")
+            )
+        if newest is not None and newest != balance:
+            report.findings.append(
+                Finding(
+                    "newest_entry", f"wallet {pk}: newest entry says {newest}, balance is {balance}"
+                )
+            )
+
+
+def _chain(report: AuditReport) -> None:
+    rows = (
+        LedgerEntry.objects.annotate(
+            previous=Window(
+                Lag("balance_after_nanos"), partition_by=[F("wallet_id")], order_by=F("id").asc()
+            )
+        )
+        .annotate(expected=Coalesce(F("previous"), _ZERO) + F("amount_nanos"))
+        .filter(~Q(balance_after_nanos=F("expected")))
+        .order_by("wallet_id", "id")
+        .values_list("wallet_id", "id", "balance_after_nanos", "previous", "amount_nanos")
+    )
+    _add(
+        report,
+        "chain",
+        rows[: LIMIT + 1],
+        lambda r: (
+            f"wallet {r[0]} entry {r[1]}: balance_after {r[2]} != previous {r[3] or 0} "
+            f"+ amount {r[4]}"
+        ),
+    )
+
+
+def _spend(report: AuditReport) -> None:
+    open_holds = Hold.objects.filter(status=HoldStatus.OPEN, project__isnull=False)
+    rows = (
+        ProjectSpend.objects.annotate(
+            open_held=Coalesce(
+                _sum_of(
+                    open_holds.filter(project=OuterRef("project"), month=OuterRef("month")),
+                    "project",
+                ),
+                _ZERO,
+            )
+        )
+        .exclude(held_nanos=F("open_held"))
+        .order_by("project_id", "month")
+        .values_list("project_id", "month", "held_nanos", "open_held")
+    )
+    _add(
+        report,
+        "spend",
+        rows[: LIMIT + 1],
+        lambda r: f"project {r[0]} {r[1]:%Y-%m}: held {r[2]} != open holds {r[3]}",
+    )
+    orphans = (
+        open_holds.exclude(
+            Exists(
+                ProjectSpend.objects.filter(project=OuterRef("project"), month=OuterRef("month"))
+            )
+        )
+        .order_by()
+        .values("project_id", "month")
+        .annotate(s=Sum("amount_nanos"))
+        .order_by("project_id", "month")
+        .values_list("project_id", "month", "s")
+    )
+    _add(
+        report,
+        "spend",
+        orphans[: LIMIT + 1],
+        lambda r: f"project {r[0]} {r[1]:%Y-%m}: {r[2]} held, no spend row",
+    )
+
+
+def _holds(report: AuditReport, now: dt.datetime) -> None:
+    stuck = (
+        Hold.objects.filter(
+            status=HoldStatus.OPEN, expires_at__lt=now - dt.timedelta(seconds=EXPIRY_GRACE_S)
+        )
+        .order_by("expires_at")
+        .values_list("request_id", "wallet_id", "amount_nanos", "expires_at")
+    )
+    _add(
+        report,
+        "stuck_hold",
+        stuck[: LIMIT + 1],
+        lambda r: (
+            f"hold {r[0]} (wallet {r[1]}, {r[2]}) open {int((now - r[3]).total_seconds())} s "
+            "past its expiry"
+        ),
+    )
+    usage = LedgerEntry.objects.filter(kind=EntryKind.USAGE, request_id=OuterRef("request_id"))
+    mismatched = (
+        Hold.objects.filter(status=HoldStatus.SETTLED)
+        .annotate(
+            charged=Coalesce(_charged(usage), _ZERO),
+            captured=Coalesce(F("captured_nanos"), _ZERO),
+        )
+        .exclude(captured=F("charged"))
+        .order_by("pk")
+        .values_list("request_id", "captured", "charged")
+    )
+    _add(
+        report,
+        "capture",
+        mismatched[: LIMIT + 1],
+        lambda r: f"hold {r[0]}: captured {r[1]} != usage entry {r[2]}",
+    )
+
+
+def _request_logs(report: AuditReport) -> None:
+    try:
+        request_log = apps.get_model("inference", "RequestLog")
+    except LookupError:
+        return
+    negative = (
+        request_log.objects.filter(cost_nanos__lt=0)
+        .order_by("pk")
+        .values_list("request_id", "cost_nanos")
+    )
+    _add(
+        report,
+        "negative_cost",
+        negative[: LIMIT + 1],
+        lambda r: f"request {r[0]}: cost {r[1]}",
+    )
+    usage = LedgerEntry.objects.filter(kind=EntryKind.USAGE, request_id=OuterRef("request_id"))
+    hold = Hold.objects.filter(request_id=OuterRef("request_id"))
+    expired = LedgerEntry.objects.filter(
+        idempotency_key=Concat(Value("hold_expired:"), OuterRef("request_id"))
+    )
+    unbilled = (
+        request_log.objects.filter(cost_nanos__gt=0)
+        .annotate(
+            charged=_charged(usage),
+            captured=Subquery(hold.values("captured_nanos")[:1], output_field=BigIntegerField()),
+            late=Exists(expired),
+        )
+        .filter(Q(charged__isnull=True) | ~Q(charged=F("cost_nanos")))
+        # A late settlement that could collect only part: captured == charged < cost.
+        .exclude(
+            Q(late=True)
+            & Q(charged__isnull=False)
+            & Q(captured=F("charged"))
+            & Q(charged__lt=F("cost_nanos"))
+        )
+        .order_by("pk")
+        .values_list("request_id", "cost_nanos", "charged")
+    )
+    _add(
+        report,
+        "log_without_entry",
+        unbilled[: LIMIT + 1],
+        lambda r: (
+            f"request {r[0]}: cost {r[1]} but no usage entry"
+            if r[2] is None
+            else f"request {r[0]}: cost {r[1]} != usage entry {r[2]}"
+        ),
+    )
+    orphans = (
+        LedgerEntry.objects.filter(kind=EntryKind.USAGE)
+        .exclude(Exists(request_log.objects.filter(request_id=OuterRef("request_id"))))
+        .order_by("pk")
+        .values_list("request_id", "wallet_id", "amount_nanos")
+    )
+    _add(
+        report,
+        "entry_without_log",
+        orphans[: LIMIT + 1],
+        lambda r: f"usage entry of request {r[0]!r} (wallet {r[1]}, {r[2]}) has no request log",
+    )
+
+
+def _run(report: AuditReport) -> None:
+    now = timezone.now()
+    report.wallets = Wallet.objects.count()
+    report.entries = LedgerEntry.objects.count()
+    report.open_holds = Hold.objects.filter(status=HoldStatus.OPEN).count()
+    _wallets(report)
+    _chain(report)
+    _spend(report)
+    _holds(report, now)
+    _request_logs(report)
 
 
 def audit_findings() -> AuditReport:
-    """Every drift between wallets, the ledger, holds and project spend (read-only)."""
+    """Every broken money invariant (see the module docstring); read-only."""
     report = AuditReport()
-    ledger: dict[int, tuple[int, int]] = {
-        wallet_id: (total or 0, count)
-        for wallet_id, total, count in LedgerEntry.objects.values("wallet_id")
-        .annotate(s=Sum("amount_nanos"), n=Count("id"))
-        .values_list("wallet_id", "s", "n")
-    }
-    holds = {
-        row["wallet_id"]: row["s"]
-        for row in Hold.objects.filter(status=HoldStatus.OPEN)
-        .values("wallet_id")
-        .annotate(s=Sum("amount_nanos"))
-    }
-    for wallet in Wallet.objects.order_by("pk").iterator():
-        report.wallets += 1
-        summed, count = ledger.get(wallet.pk, (0, 0))
-        report.entries += count
-        if wallet.balance_nanos != summed:
-            report.drift.append(
-                f"wallet {wallet.pk} (org {wallet.organization_id}): balance "
-                f"{wallet.balance_nanos} != ledger sum {summed} "
-                f"(drift {wallet.balance_nanos - summed})"
-            )
-        held = holds.get(wallet.pk) or 0
-        if wallet.held_nanos != held:
-            report.drift.append(
-                f"wallet {wallet.pk}: held {wallet.held_nanos} != open holds {held}"
-            )
-        last = (
-            LedgerEntry.objects.filter(wallet=wallet)
-            .order_by("-pk")
-            .values_list("balance_after_nanos", flat=True)
-            .first()
-        )
-        if last is not None and last != wallet.balance_nanos:
-            report.drift.append(
-                f"wallet {wallet.pk}: newest entry says {last}, balance is {wallet.balance_nanos}"
-            )
-    report.open_holds = Hold.objects.filter(status=HoldStatus.OPEN).count()
-    spend_holds = {
-        (row["project_id"], row["month"]): row["s"]
-        for row in Hold.objects.filter(status=HoldStatus.OPEN, project__isnull=False)
-        .values("project_id", "month")
-        .annotate(s=Sum("amount_nanos"))
-    }
-    for spend in ProjectSpend.objects.iterator():
-        expected = spend_holds.pop((spend.project_id, spend.month), 0)
-        if spend.held_nanos != expected:
-            report.drift.append(
-                f"project {spend.project_id} {spend.month:%Y-%m}: held {spend.held_nanos} "
-                f"!= open holds {expected}"
-            )
-    for (project_id, month), amount in spend_holds.items():
-        report.drift.append(f"project {project_id} {month:%Y-%m}: {amount} held, no spend row")
+    if connection.in_atomic_block:
+        _run(report)  # inside the caller's transaction (and its snapshot, if any)
+        return report
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cur:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        _run(report)
     return report

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 
+from billing.audit import audit_findings
 from billing.services import holds, recharge
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(name="billing.holds_expire", ignore_result=True)
@@ -28,7 +33,17 @@ def auto_recharge_sweep() -> int:
     return len(due)
 
 
+@shared_task(name="billing.audit", ignore_result=True)
+def audit() -> int:
+    """Run the money audit (``billing.audit``); log each finding at ERROR; return how many."""
+    report = audit_findings()
+    for finding in report.findings:
+        log.error("billing audit: %s", finding)
+    return len(report.findings)
+
+
 BEAT_SCHEDULE = {
     "billing.holds_expire": {"task": "billing.holds_expire", "schedule": 60.0},
     "billing.auto_recharge_sweep": {"task": "billing.auto_recharge_sweep", "schedule": 300.0},
+    "billing.audit": {"task": "billing.audit", "schedule": 600.0},
 }

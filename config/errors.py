@@ -82,6 +82,20 @@ class InsufficientQuota(ApiError):
     type = "insufficient_quota"
     default_code = "insufficient_quota"
 
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+        available_nanos: int | None = None,
+    ) -> None:
+        super().__init__(message, code=code, param=param, headers=headers)
+        #: What the caller could still reserve, in nano-USD (``None`` when not known): lets the
+        #: request path say which ``max_tokens`` would fit.
+        self.available_nanos = available_nanos
+
     def headers(self) -> dict[str, str]:
         return {**super().headers(), "x-should-retry": "false"}
 

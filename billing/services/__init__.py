@@ -14,9 +14,11 @@ from billing.services.holds import (
     HoldNotFound,
     ahold_open,
     ahold_settle,
+    aholds_renew,
     hold_open,
     hold_settle,
     holds_expire,
+    holds_renew,
 )
 from billing.services.wallet import wallet_adjust, wallet_credit, wallet_get_or_create
 
@@ -27,9 +29,11 @@ __all__ = [
     "HoldNotFound",
     "ahold_open",
     "ahold_settle",
+    "aholds_renew",
     "hold_open",
     "hold_settle",
     "holds_expire",
+    "holds_renew",
     "wallet_adjust",
     "wallet_credit",
     "wallet_get_or_create",

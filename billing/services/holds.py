@@ -20,10 +20,12 @@ How a caller uses it (one call = one ``request_id``)::
    - Raises :class:`~config.errors.InsufficientQuota` code ``insufficient_quota``: the wallet
      cannot cover ``amount_nanos`` (or the organization has no wallet). Nothing was written.
      Answer 402 as is (it carries ``x-should-retry: false``); do not call the vendor and do
-     not settle.
+     not settle. ``exc.available_nanos`` is the wallet's available balance (≥ 0), to say
+     which ``max_tokens`` would fit.
    - Raises ``InsufficientQuota`` code ``project_budget_exceeded``: the project's monthly
      budget (month-to-date usage + its open holds + ``amount_nanos`` > ``budget_nanos``).
-     Nothing was written; same handling.
+     Nothing was written; same handling. ``exc.available_nanos`` is the smaller of the
+     wallet's available balance and what is left of the budget.
    - Raises :class:`HoldExists` if ``request_id`` was used before (a programming error).
 
 2. **Settle exactly once, in ``finally``** — on success, vendor error, client disconnect and
@@ -36,15 +38,34 @@ How a caller uses it (one call = one ``request_id``)::
    change; the request log still has the call). ``actual_nanos`` above the hold is capped:
    the platform never charges more than it reserved.
 
-3. **If the process dies** between open and settle, the hold expires after ``ttl_s``:
-   :func:`holds_expire` (Celery beat, every minute) releases it and writes a **zero-amount
-   ``hold_expired`` ledger entry** so the release is visible in the wallet's history. A settle
-   that still arrives later for such a hold charges ``min(actual, amount)`` then (the call
-   happened; it is never free by accident) — the balance may then dip below what was
-   available.
+   It works in autocommit (its own transaction: one statement on PostgreSQL) and **inside the
+   caller's** ``transaction.atomic()``, where it joins that transaction — the way to write the
+   request-log row and the settlement together::
 
-Async callers use :func:`ahold_open` / :func:`ahold_settle` (same contract; the database work
-runs in a worker thread, never on the event loop). Amounts are integer nano-USD.
+       with transaction.atomic():
+           RequestLog(...).save()
+           hold_settle(request_id=rid, actual_nanos=cost)
+
+   If the caller's block rolls back, so does the settlement: the hold is still open and must be
+   settled again.
+
+3. **Renew while the call runs.** A process relaying a long call calls :func:`holds_renew`
+   (or :func:`aholds_renew`) for its live request ids well within ``ttl_s``; it pushes their
+   ``expires_at`` to now + ``ttl_s`` so that only the holds of dead processes expire.
+
+4. **If the process dies** between open and settle, the hold expires after ``ttl_s``:
+   :func:`holds_expire` (Celery beat, every minute) releases it and writes a **zero-amount
+   ``hold_expired`` ledger entry** (with the request id) so the release is visible in the
+   wallet's history. A settle that still arrives later for such a hold charges
+   ``min(actual, amount)`` but **never more than the wallet has available then**
+   (``max(balance − held, 0)``): the released money may have been spent by other calls, and a
+   late settlement must not overdraw. The uncollected remainder is written in the ``usage``
+   entry's description (the entry is written even when nothing could be collected) and the
+   hold's ``captured_nanos`` is what was charged.
+
+Async callers use :func:`ahold_open` / :func:`ahold_settle` / :func:`aholds_renew` (same
+contract; the database work runs in a worker thread, never on the event loop). Amounts are
+integer nano-USD.
 """
 
 from __future__ import annotations
@@ -184,27 +205,47 @@ class _Refused(Exception):
 
 
 def _refusal(
-    *, organization_id: int, amount_nanos: int, budget_nanos: int | None
+    *,
+    organization_id: int,
+    project_id: int | None,
+    month: dt.date,
+    amount_nanos: int,
+    budget_nanos: int | None,
 ) -> InsufficientQuota:
-    """Which limit refused the hold (read after the rollback; only the error path pays it)."""
+    """Which limit refused the hold (read after the rollback; only the error path pays it).
+
+    The exception's ``available_nanos`` is what a hold could reserve right now: the wallet's
+    available balance, or for a budget refusal the smaller of that and what is left of the
+    project's monthly budget.
+    """
     available = (
         Wallet.objects.filter(organization_id=organization_id)
         .values_list("balance_nanos", "held_nanos")
         .first()
     )
-    avail = available[0] - available[1] if available else 0
+    avail = max(available[0] - available[1], 0) if available else 0
     if avail >= amount_nanos and budget_nanos is not None:
+        spent = (
+            ProjectSpend.objects.filter(project_id=project_id, month=month)
+            .values_list("used_nanos", "held_nanos")
+            .first()
+            if project_id is not None
+            else None
+        )
+        left = max(budget_nanos - (sum(spent) if spent else 0), 0)
         return InsufficientQuota(
             "This request would exceed the project's monthly budget of "
             f"${nanos_to_usd_str(budget_nanos)}. Raise the project's budget in the dashboard "
             "or wait for the next month.",
             code=CODE_BUDGET,
+            available_nanos=min(avail, left),
         )
     return InsufficientQuota(
         "You exceeded your current quota: this request may cost up to "
         f"${nanos_to_usd_str(amount_nanos)} and your organization's available balance is "
-        f"${nanos_to_usd_str(max(avail, 0))}. Add credit in the dashboard to continue.",
+        f"${nanos_to_usd_str(avail)}. Add credit in the dashboard to continue.",
         code=CODE_WALLET,
+        available_nanos=avail,
     )
 
 
@@ -246,7 +287,11 @@ def hold_open(
                 raise _Refused
     except _Refused:
         raise _refusal(
-            organization_id=organization_id, amount_nanos=amount_nanos, budget_nanos=budget_nanos
+            organization_id=organization_id,
+            project_id=project_id,
+            month=params.month,
+            amount_nanos=amount_nanos,
+            budget_nanos=budget_nanos,
         ) from None
     except IntegrityError as exc:
         if Hold.objects.filter(request_id=request_id).exists():
@@ -357,8 +402,37 @@ def _settle_one_statement(*, request_id: str, actual_nanos: int, description: st
     return charged
 
 
-def _settle_in_tx(*, request_id: str, actual_nanos: int, description: str) -> int | None:
-    if _use_one_statement():
+def _late_cap(*, request_id: str, claimed: _Claimed) -> tuple[int, str]:
+    """A settlement after expiry: charge at most what the wallet has available now.
+
+    The hold no longer reserves anything, so ``min(actual, hold)`` could overdraw the wallet
+    (another call may have spent the released money). Locks the wallet (after the hold row:
+    the lock order of every settlement) and returns ``(charged, note)``; when less than owed
+    can be collected, the hold's ``captured_nanos`` is lowered to what was charged and ``note``
+    says how much went uncollected.
+    """
+    owed = claimed.captured_nanos
+    balance, held = (
+        Wallet.objects.select_for_update()
+        .filter(pk=claimed.wallet_id)
+        .values_list("balance_nanos", "held_nanos")
+        .get()
+    )
+    collectable = max(balance - held, 0)
+    if owed <= collectable:
+        return owed, ""
+    Hold.objects.filter(request_id=request_id).update(captured_nanos=collectable)
+    return collectable, (
+        f"hold had expired: ${nanos_to_usd_str(owed - collectable)} of "
+        f"${nanos_to_usd_str(owed)} uncollected (${nanos_to_usd_str(collectable)} available)"
+    )
+
+
+def _settle_in_tx(
+    *, request_id: str, actual_nanos: int, description: str, one_statement: bool = True
+) -> int | None:
+    """The settlement's writes; must run inside a transaction. ``None``: no hold to settle."""
+    if one_statement and _use_one_statement():
         charged = _settle_one_statement(
             request_id=request_id, actual_nanos=actual_nanos, description=description
         )
@@ -374,7 +448,11 @@ def _settle_in_tx(*, request_id: str, actual_nanos: int, description: str) -> in
     if claimed is None:
         return None
     held_delta = 0 if late else -claimed.amount_nanos
-    charged = claimed.captured_nanos
+    charged, note = (
+        _late_cap(request_id=request_id, claimed=claimed)
+        if late and claimed.captured_nanos
+        else (claimed.captured_nanos, "")
+    )
     row = _wallet_apply(wallet_id=claimed.wallet_id, balance_delta=-charged, held_delta=held_delta)
     if claimed.project_id is not None:
         with connection.cursor() as cur:
@@ -383,7 +461,12 @@ def _settle_in_tx(*, request_id: str, actual_nanos: int, description: str) -> in
                 " WHERE project_id = %s AND month = %s",
                 [held_delta, charged, claimed.project_id, claimed.month],
             )
-    if charged:
+    if charged or note:
+        # A late settlement that could collect nothing still gets its (zero) usage entry: the
+        # wallet's history shows the call and what went uncollected.
+        text = description or ("usage (after hold expiry)" if late else "")
+        if note:
+            text = f"{text[: 255 - len(note) - 2]}; {note}" if text else note
         LedgerEntry.objects.create(
             wallet_id=claimed.wallet_id,
             kind=EntryKind.USAGE,
@@ -393,7 +476,7 @@ def _settle_in_tx(*, request_id: str, actual_nanos: int, description: str) -> in
             project_id=claimed.project_id,
             api_key_id=claimed.api_key_id,
             request_id=request_id,
-            description=(description or ("usage (after hold expiry)" if late else ""))[:255],
+            description=text[:255],
         )
     if row.auto_recharge_due:
         _recharge_on_commit(wallet_id=claimed.wallet_id)
@@ -403,23 +486,46 @@ def _settle_in_tx(*, request_id: str, actual_nanos: int, description: str) -> in
 def hold_settle(*, request_id: str, actual_nanos: int, description: str = "") -> int:
     """Charge ``min(actual_nanos, hold)`` and release the hold; returns the nano-USD charged.
 
-    One transaction (hold transition, wallet, project spend, ledger entry) — on PostgreSQL a
-    single statement for an open hold, else one durable ``atomic`` block. Exactly
-    once: a second call — sequential or concurrent — writes nothing and returns what the first
-    charged. Raises :class:`HoldNotFound` when ``request_id`` never had a hold.
+    All or nothing (hold transition, wallet, project spend, ledger entry), and exactly once: a
+    second call — sequential or concurrent — writes nothing and returns what the first charged.
+    Raises :class:`HoldNotFound` when ``request_id`` never had a hold.
+
+    - **In autocommit** (no ``atomic`` around the call): on PostgreSQL a single statement for an
+      open hold (its own transaction), else one durable ``atomic`` block.
+    - **Inside the caller's** ``transaction.atomic()``: the same writes join the caller's
+      transaction (the single statement on PostgreSQL, else a savepoint), so e.g. the request
+      log row and the settlement commit together::
+
+          with transaction.atomic():
+              RequestLog(...).save()
+              hold_settle(request_id=rid, actual_nanos=cost)
+
+      They also roll back with it: if the caller's block fails after this returns, the hold is
+      still open and the caller must settle again (e.g. without the log row). Until the caller
+      commits, a concurrent settle of the same hold waits on the hold row, then finds it closed.
+
+    A hold the sweeper already expired is charged at most what the wallet has available at
+    that moment (the released reservation may have been spent); what could not be collected is
+    noted in the ``usage`` entry's description and the hold's ``captured_nanos`` is what was
+    charged.
     """
     if actual_nanos < 0:
         raise ValueError("actual_nanos must be >= 0")
+    in_caller_tx = transaction.get_connection().in_atomic_block
     charged: int | None = None
-    if _use_one_statement() and not transaction.get_connection().in_atomic_block:
-        # One statement is its own transaction: no BEGIN/COMMIT round trips on the hot path.
+    if _use_one_statement():
+        # One statement: its own transaction in autocommit (no BEGIN/COMMIT round trips on the
+        # hot path), or part of the caller's transaction.
         charged = _settle_one_statement(
             request_id=request_id, actual_nanos=actual_nanos, description=description
         )
     if charged is None:
-        with transaction.atomic(durable=True):
+        with transaction.atomic(durable=not in_caller_tx):
             charged = _settle_in_tx(
-                request_id=request_id, actual_nanos=actual_nanos, description=description
+                request_id=request_id,
+                actual_nanos=actual_nanos,
+                description=description,
+                one_statement=False,
             )
     if charged is not None:
         return charged
@@ -429,11 +535,33 @@ def hold_settle(*, request_id: str, actual_nanos: int, description: str = "") ->
     return hold[0] or 0
 
 
+# --- renewal ----------------------------------------------------------------------------------
+
+
+def holds_renew(*, request_ids: list[str], ttl_s: int) -> int:
+    """Push back the expiry of the holds of ``request_ids`` that are still open; returns how many.
+
+    Sets ``expires_at = now + ttl_s`` in one ``UPDATE``. A process that is still relaying a
+    call renews its hold periodically (well within ``ttl_s``), so the sweeper only expires the
+    holds of processes that died. Holds already settled or expired are left alone (a renewal
+    never reopens a hold).
+    """
+    if ttl_s <= 0:
+        raise ValueError("ttl_s must be > 0")
+    if not request_ids:
+        return 0
+    expires = timezone.now() + dt.timedelta(seconds=ttl_s)
+    return Hold.objects.filter(request_id__in=request_ids, status=HoldStatus.OPEN).update(
+        expires_at=expires
+    )
+
+
 # --- expiry -----------------------------------------------------------------------------------
 
 
 def hold_expire(*, hold_id: int) -> bool:
-    """Release one expired open hold: a zero-amount ``hold_expired`` entry shows it.
+    """Release one expired open hold: a zero-amount ``hold_expired`` entry (with the hold's
+    request id, project and key) shows it.
 
     One durable transaction; False when the hold was no longer open (settled meanwhile).
     """
@@ -441,13 +569,13 @@ def hold_expire(*, hold_id: int) -> bool:
         with connection.cursor() as cur:
             cur.execute(
                 f"UPDATE {HOLD} SET status = %s, closed_at = %s WHERE id = %s AND status = %s"
-                " RETURNING wallet_id, project_id, amount_nanos, month, request_id",
+                " RETURNING wallet_id, project_id, api_key_id, amount_nanos, month, request_id",
                 [HoldStatus.EXPIRED, timezone.now(), hold_id, HoldStatus.OPEN],
             )
             row = cur.fetchone()
             if row is None:
                 return False
-            wallet_id, project_id, amount, month, request_id = row
+            wallet_id, project_id, api_key_id, amount, month, request_id = row
             if project_id is not None:
                 cur.execute(
                     f"UPDATE {SPEND} SET held_nanos = held_nanos - %s"
@@ -460,6 +588,9 @@ def hold_expire(*, hold_id: int) -> bool:
             held_delta=-amount,
             kind=EntryKind.HOLD_EXPIRED,
             idempotency_key=f"hold_expired:{request_id}",
+            project_id=project_id,
+            api_key_id=api_key_id,
+            request_id=request_id,
             description=f"Hold of ${nanos_to_usd_str(amount)} released after expiry",
         )
     return True
@@ -493,8 +624,16 @@ def _hold_settle_thread(**kwargs: object) -> int:
         close_old_connections()
 
 
+def _holds_renew_thread(**kwargs: object) -> int:
+    try:
+        return holds_renew(**kwargs)  # type: ignore[arg-type]
+    finally:
+        close_old_connections()
+
+
 _hold_open_async = sync_to_async(_hold_open_thread, thread_sensitive=False)
 _hold_settle_async = sync_to_async(_hold_settle_thread, thread_sensitive=False)
+_holds_renew_async = sync_to_async(_holds_renew_thread, thread_sensitive=False)
 
 
 async def ahold_open(
@@ -524,3 +663,8 @@ async def ahold_settle(*, request_id: str, actual_nanos: int, description: str =
     return await _hold_settle_async(
         request_id=request_id, actual_nanos=actual_nanos, description=description
     )
+
+
+async def aholds_renew(*, request_ids: list[str], ttl_s: int) -> int:
+    """:func:`holds_renew` for async code (runs in a worker thread; same contract)."""
+    return await _holds_renew_async(request_ids=list(request_ids), ttl_s=ttl_s)

@@ -82,6 +82,9 @@ def _post(
     description: str = "",
     external_ref: str = "",
     created_by: User | None = None,
+    project_id: int | None = None,
+    api_key_id: int | None = None,
+    request_id: str = "",
 ) -> tuple[LedgerEntry, bool]:
     """Apply ``amount_nanos`` and write its ledger entry, exactly once per key.
 
@@ -105,6 +108,9 @@ def _post(
                 description=description[:255],
                 external_ref=external_ref[:64],
                 created_by=created_by,
+                project_id=project_id,
+                api_key_id=api_key_id,
+                request_id=request_id,
             )
     except IntegrityError:
         return LedgerEntry.objects.get(idempotency_key=idempotency_key), False

@@ -201,7 +201,7 @@ def test_holds_from_threads_and_processes_never_overspend(make_tenant):
     assert drift == 0
     assert monitor.lowest_available is not None and monitor.lowest_available >= 0
     assert monitor.lowest_balance is not None and monitor.lowest_balance >= 0
-    assert not audit_findings().drift
+    assert not audit_findings().money
 
 
 def test_concurrent_double_settle_is_one_debit(make_tenant):

@@ -6,6 +6,7 @@ import datetime as dt
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 from django.utils import timezone
 
 from billing.audit import audit_findings
@@ -17,6 +18,7 @@ from billing.services import (
     hold_open,
     hold_settle,
     holds_expire,
+    holds_renew,
 )
 from config.errors import InsufficientQuota
 from tests.billing.conftest import USD
@@ -73,7 +75,7 @@ def test_hold_reserves_and_settle_debits_actual_capped(make_tenant, one):
     )
     assert (usage.project_id, usage.api_key_id) == (t.project.pk, t.key.pk)
     assert project_usage(organization_id=t.org.pk)[t.project.pk].used_nanos == 3 * USD
-    assert not audit_findings().drift
+    assert not audit_findings().money
 
 
 @pytest.mark.parametrize("one", PATHS, indirect=True)
@@ -84,6 +86,7 @@ def test_insufficient_wallet_is_402_and_writes_nothing(make_tenant, one):
     assert err.value.code == "insufficient_quota"
     assert err.value.status == 402 and err.value.headers()["x-should-retry"] == "false"
     assert "available balance is $1" in err.value.message
+    assert err.value.available_nanos == USD
     assert not Hold.objects.exists()
     assert _wallet(t).held_nanos == 0
     assert not ProjectSpend.objects.filter(held_nanos__gt=0).exists()
@@ -108,10 +111,11 @@ def test_project_budget_counts_usage_and_open_holds(make_tenant, one):
         _open(t, "r3", USD + 1, budget=5 * USD, one=one)  # 2 + 2 + 1.000000001 > 5
     assert err.value.code == "project_budget_exceeded"
     assert "monthly budget of $5" in err.value.message
+    assert err.value.available_nanos == USD  # 5 − 2 used − 2 held
     _open(t, "r4", USD, budget=5 * USD, one=one)  # exactly 5
     spend = ProjectSpend.objects.get(project=t.project)
     assert (spend.used_nanos, spend.held_nanos) == (2 * USD, 3 * USD)
-    assert not audit_findings().drift
+    assert not audit_findings().money
 
 
 def test_settle_twice_is_one_debit_and_same_result(make_tenant):
@@ -154,12 +158,18 @@ def test_expired_hold_is_released_visibly_and_late_settle_still_charges(make_ten
     entry = ledger_page(organization_id=t.org.pk)[0]
     assert (entry.kind, entry.amount_nanos) == (EntryKind.HOLD_EXPIRED, 0)
     assert "released after expiry" in entry.description
+    # The sweeper's entry names the call it released.
+    assert (entry.request_id, entry.project_id, entry.api_key_id) == (
+        "req_dead",
+        t.project.pk,
+        t.key.pk,
+    )
     assert hold_settle(request_id="req_dead", actual_nanos=USD) == USD
     assert hold_settle(request_id="req_dead", actual_nanos=USD) == USD
     w = _wallet(t)
     assert (w.balance_nanos, w.held_nanos) == (9 * USD, USD)
     assert project_usage(organization_id=t.org.pk)[t.project.pk].held_nanos == USD
-    assert not audit_findings().drift
+    assert not audit_findings().money
 
 
 def test_billing_audit_command_reports_drift(make_tenant, capsys):
@@ -171,3 +181,98 @@ def test_billing_audit_command_reports_drift(make_tenant, capsys):
         call_command("billing_audit")
     assert exit_.value.code == 1
     assert "drift 1000000000" in capsys.readouterr().err
+
+
+def test_402_carries_what_is_available_after_open_holds(make_tenant):
+    t = make_tenant(balance_nanos=USD)
+    _open(t, "req_a", 300_000_000)
+    with pytest.raises(InsufficientQuota) as err:
+        _open(t, "req_b", USD)
+    assert err.value.code == "insufficient_quota"
+    assert err.value.available_nanos == 700_000_000
+
+
+def test_renewal_keeps_live_holds_from_expiring(make_tenant):
+    t = make_tenant(balance_nanos=10 * USD)
+    _open(t, "live", USD, ttl_s=1)
+    _open(t, "dead", USD, ttl_s=1)
+    _open(t, "done", USD, ttl_s=1)
+    hold_settle(request_id="done", actual_nanos=USD)
+    before = timezone.now()
+    assert holds_renew(request_ids=["live", "done", "unknown"], ttl_s=600) == 1
+    assert holds_renew(request_ids=[], ttl_s=600) == 0
+    live = Hold.objects.get(request_id="live")
+    assert live.expires_at >= before + dt.timedelta(seconds=600)
+    assert Hold.objects.get(request_id="done").status == HoldStatus.SETTLED  # not reopened
+    assert holds_expire(now=timezone.now() + dt.timedelta(seconds=5)) == 1
+    assert Hold.objects.get(request_id="dead").status == HoldStatus.EXPIRED
+    assert Hold.objects.get(request_id="live").status == HoldStatus.OPEN
+    # An expired hold is not brought back by a renewal either.
+    assert holds_renew(request_ids=["dead"], ttl_s=600) == 0
+    assert Hold.objects.get(request_id="dead").status == HoldStatus.EXPIRED
+
+
+@pytest.mark.parametrize("one", PATHS, indirect=True)
+def test_late_settlement_charges_at_most_what_is_available(make_tenant, one):
+    """The expired hold's money was reserved again by another call: the late settlement
+    takes only what is left, never driving the balance below what is held or below zero."""
+    t = make_tenant(balance_nanos=10 * USD)
+    _open(t, "slow", 4 * USD, ttl_s=1, one=one)
+    assert holds_expire(now=timezone.now() + dt.timedelta(seconds=5)) == 1
+    _open(t, "other", 8 * USD, one=one)  # possible only because the slow hold was released
+    assert hold_settle(request_id="slow", actual_nanos=3 * USD) == 2 * USD
+    assert hold_settle(request_id="slow", actual_nanos=3 * USD) == 2 * USD  # exactly once
+    w = _wallet(t)
+    assert (w.balance_nanos, w.held_nanos) == (8 * USD, 8 * USD)
+    usage = LedgerEntry.objects.get(idempotency_key="usage:slow")
+    assert usage.amount_nanos == -2 * USD
+    assert "$1 of $3 uncollected" in usage.description
+    assert Hold.objects.get(request_id="slow").captured_nanos == 2 * USD
+    assert project_usage(organization_id=t.org.pk)[t.project.pk].used_nanos == 2 * USD
+    # The other call settles in full: its reservation was never touched.
+    assert hold_settle(request_id="other", actual_nanos=8 * USD) == 8 * USD
+    assert _wallet(t).balance_nanos == 0
+    assert not audit_findings().money
+
+
+def test_late_settlement_with_nothing_available_writes_a_zero_entry(make_tenant):
+    t = make_tenant(balance_nanos=5 * USD)
+    _open(t, "slow", 5 * USD, ttl_s=1)
+    holds_expire(now=timezone.now() + dt.timedelta(seconds=5))
+    _open(t, "other", 5 * USD)
+    assert hold_settle(request_id="slow", actual_nanos=USD, description="chat m") == 0
+    w = _wallet(t)
+    assert (w.balance_nanos, w.held_nanos) == (5 * USD, 5 * USD)
+    usage = LedgerEntry.objects.get(idempotency_key="usage:slow")
+    assert usage.amount_nanos == 0
+    assert usage.description.startswith("chat m; hold had expired: $1 of $1 uncollected")
+    assert not audit_findings().money
+
+
+def _log(rid: str, t, cost: int):
+    from inference.models import RequestLog
+
+    return RequestLog(
+        request_id=rid,
+        organization_id=t.org.pk,
+        project_id=t.project.pk,
+        api_key_id=t.key.pk,
+        endpoint="chat",
+        status="ok",
+        http_status=200,
+        cost_nanos=cost,
+    )
+
+
+@pytest.mark.parametrize("one", PATHS, indirect=True)
+def test_settle_inside_the_callers_transaction_with_the_request_log(make_tenant, one):
+    t = make_tenant(balance_nanos=10 * USD)
+    _open(t, "req_a", 3 * USD, one=one)
+    with transaction.atomic():
+        _log("req_a", t, 2 * USD).save()
+        assert hold_settle(request_id="req_a", actual_nanos=2 * USD) == 2 * USD
+    assert _wallet(t).balance_nanos == 8 * USD
+    with transaction.atomic():  # again: still exactly once
+        assert hold_settle(request_id="req_a", actual_nanos=2 * USD) == 2 * USD
+    assert LedgerEntry.objects.filter(kind=EntryKind.USAGE).count() == 1
+    assert audit_findings().drift == []  # the request log and its entry agree

@@ -1,7 +1,8 @@
-"""``manage.py billing_audit``: report money drift; exit status 1 when there is any.
+"""``manage.py billing_audit``: report every broken money invariant; exit status 1 if any.
 
-Checks, per wallet: balance == sum(ledger); held == sum(open holds); the newest entry's
-``balance_after_nanos`` == balance. Per project and month: held == sum(open holds).
+What it checks is the docstring of :mod:`billing.audit` (wallet = ledger sum, the
+``balance_after`` chain, held = open holds, project spend, holds stuck past expiry, settled
+holds vs their usage entry, request logs vs usage entries both ways, negative costs).
 """
 
 from __future__ import annotations
@@ -14,19 +15,19 @@ from billing.audit import audit_findings
 
 
 class Command(BaseCommand):
-    help = "Check that every wallet equals its ledger and its open holds; non-zero on drift."
+    help = "Check wallets, ledger, holds and request logs; exit 1 on any finding."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--quiet", action="store_true", help="Print drift only.")
+        parser.add_argument("--quiet", action="store_true", help="Print findings only.")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         report = audit_findings()
-        for line in report.drift:
-            self.stderr.write(f"DRIFT {line}")
+        for finding in report.findings:
+            self.stderr.write(f"DRIFT {finding}")
         if not opts["quiet"]:
             self.stdout.write(
                 f"wallets={report.wallets} entries={report.entries} "
-                f"open_holds={report.open_holds} drift={len(report.drift)}"
+                f"open_holds={report.open_holds} drift={len(report.findings)}"
             )
-        if report.drift:
+        if report.findings:
             raise SystemExit(1)
