@@ -171,6 +171,7 @@ class StripeEventStatus(models.TextChoices):
     PROCESSED = "processed", "Processed"
     IGNORED = "ignored", "Ignored (not relevant)"
     FAILED = "failed", "Failed (needs staff)"
+    REFUSED = "refused", "Refused (invalid amount or currency)"
 
 
 class StripeEvent(models.Model):

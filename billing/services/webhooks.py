@@ -14,9 +14,15 @@
   cumulative ``amount_refunded``) and disputes (``charge.dispute.created``/``closed``) become
   negative entries (a won dispute a positive one). Every entry's key comes from Stripe's object
   ids, so events arriving twice, late or in any order give the same final balance.
-- An event we cannot attribute (unknown customer/organization, not USD) is stored ``failed``
-  with the reason for staff and answered 200 (retrying cannot fix it). An unexpected error
-  rolls everything back and answers 500, so Stripe delivers it again.
+- Every event that would move money is checked first: its amount (``amount_total``,
+  ``amount_refunded``, ``amount``, ``amount_received``) must be a positive integer number of
+  cents and its currency the platform's (``usd``). Otherwise — missing, zero, negative, not an
+  integer, another or no currency — it is stored ``refused`` with the reason, logged at WARNING
+  and answered 200 (Stripe stops retrying; redelivery cannot fix it); nothing is credited or
+  debited.
+- An event we cannot attribute (unknown customer/organization) is stored ``failed`` with the
+  reason for staff, logged at ERROR and answered 200 (retrying cannot fix it). An unexpected
+  error rolls everything back and answers 500, so Stripe delivers it again.
 """
 
 from __future__ import annotations
@@ -76,6 +82,28 @@ def _failed(detail: str) -> _Outcome:
     return _Outcome(StripeEventStatus.FAILED, detail)
 
 
+def _refused(detail: str) -> _Outcome:
+    return _Outcome(StripeEventStatus.REFUSED, detail)
+
+
+# --- what a money-moving event must carry -----------------------------------------------------
+
+PLATFORM_CURRENCY = "usd"
+
+
+def _money_refusal(obj: Obj, amount_field: str) -> _Outcome | None:
+    """Why ``obj`` must not move money (``None``: it may). Amounts are whole cents, > 0."""
+    if not obj.get("id"):
+        return _refused("the object has no id: nothing moved")
+    currency = obj.get("currency")
+    if not isinstance(currency, str) or currency.lower() != PLATFORM_CURRENCY:
+        return _refused(f"currency {currency!r} is not {PLATFORM_CURRENCY!r}: nothing moved")
+    amount = obj.get(amount_field)
+    if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
+        return _refused(f"{amount_field} {amount!r} is not a positive amount: nothing moved")
+    return None
+
+
 # --- attribution ------------------------------------------------------------------------------
 
 
@@ -132,11 +160,12 @@ def _topup_and_wallet(session: Obj) -> tuple[TopUp | None, Wallet | None]:
 
 
 def _credit_checkout(session: Obj) -> _Outcome:
+    refusal = _money_refusal(session, "amount_total")
+    if refusal is not None:
+        return refusal
     topup, wallet = _topup_and_wallet(session)
     if wallet is None:
         return _failed("no organization for this Checkout session")
-    if str(session.get("currency", "")).lower() != "usd":
-        return _failed(f"currency {session.get('currency')!r} is not supported")
     amount = stripe_gateway.amount_nanos(int(session["amount_total"]))
     payment_intent = _id_of(session.get("payment_intent"))
     _, created = _post(
@@ -181,6 +210,9 @@ def _checkout_closed_unpaid(session: Obj, status: TopUpStatus) -> _Outcome:
 
 
 def _charge_refunded(charge: Obj) -> _Outcome:
+    refusal = _money_refusal(charge, "amount_refunded")
+    if refusal is not None:
+        return refusal
     wallet = _wallet_by(customer=_customer_of(charge), metadata=charge.get("metadata")) or (
         _wallet_of_payment(_id_of(charge.get("payment_intent")))
     )
@@ -193,7 +225,7 @@ def _charge_refunded(charge: Obj) -> _Outcome:
         ).aggregate(s=Sum("amount_nanos"))["s"]
         or 0
     )
-    refunded_cents = int(charge.get("amount_refunded") or 0)
+    refunded_cents = int(charge["amount_refunded"])
     delta = stripe_gateway.amount_nanos(refunded_cents) - recorded
     if delta <= 0:
         return _ok("refund already recorded")
@@ -232,6 +264,9 @@ def _dispute_debit(dispute: Obj, wallet: Wallet) -> None:
 def _dispute_created(dispute: Obj) -> _Outcome:
     if str(dispute.get("status", "")).startswith("warning_"):
         return _ignored("inquiry: no funds withdrawn")
+    refusal = _money_refusal(dispute, "amount")
+    if refusal is not None:
+        return refusal
     wallet = _dispute_wallet(dispute)
     if wallet is None:
         return _failed("no organization for this dispute")
@@ -243,6 +278,9 @@ def _dispute_closed(dispute: Obj) -> _Outcome:
     status = dispute.get("status")
     if status not in ("won", "lost"):
         return _ignored(f"dispute closed as {status!r}: no funds moved")
+    refusal = _money_refusal(dispute, "amount")
+    if refusal is not None:
+        return refusal
     wallet = _dispute_wallet(dispute)
     if wallet is None:
         return _failed("no organization for this dispute")
@@ -264,10 +302,14 @@ def _payment_intent_succeeded(intent: Obj) -> _Outcome:
     metadata = intent.get("metadata") or {}
     if metadata.get("infrai_kind") != "auto_recharge":
         return _ignored("not an auto-recharge (Checkout top-ups are credited by checkout events)")
+    amount_field = "amount_received" if intent.get("amount_received") is not None else "amount"
+    refusal = _money_refusal(intent, amount_field)
+    if refusal is not None:
+        return refusal
     wallet = _wallet_by(customer=_customer_of(intent), metadata=metadata)
     if wallet is None:
         return _failed("no organization for this payment")
-    amount = stripe_gateway.amount_nanos(int(intent.get("amount_received") or intent["amount"]))
+    amount = stripe_gateway.amount_nanos(int(intent[amount_field]))
     _, created = _post(
         wallet_id=wallet.pk,
         amount_nanos=amount,
@@ -327,4 +369,6 @@ def webhook_receive(*, payload: bytes, signature_header: str) -> WebhookResult:
         raise
     if outcome.status == StripeEventStatus.FAILED:
         log.error("stripe event %s (%s) failed: %s", event_id, event["type"], outcome.detail)
+    elif outcome.status == StripeEventStatus.REFUSED:
+        log.warning("stripe event %s (%s) refused: %s", event_id, event["type"], outcome.detail)
     return WebhookResult(200, outcome.detail, event_status=outcome.status)

@@ -222,7 +222,13 @@ def test_bad_or_stale_signature_is_400_and_writes_nothing(
 def test_unattributable_event_is_stored_failed_without_money(client, stripe_settings):
     event = stripe_event(
         "charge.refunded",
-        {"id": "ch_x", "amount_refunded": 100, "customer": "cus_nobody", "metadata": {}},
+        {
+            "id": "ch_x",
+            "amount_refunded": 100,
+            "currency": "usd",
+            "customer": "cus_nobody",
+            "metadata": {},
+        },
     )
     assert _post(client, event).status_code == 200
     stored = StripeEvent.objects.get()
@@ -302,6 +308,7 @@ def test_dispute_on_an_auto_recharge_charge_in_any_order(
                     "id": dispute_id,
                     "object": "dispute",
                     "amount": 400,
+                    "currency": "usd",
                     "charge": charge_id,
                     "status": "needs_response",
                     "reason": "fraudulent",
@@ -313,6 +320,7 @@ def test_dispute_on_an_auto_recharge_charge_in_any_order(
                     "id": dispute_id,
                     "object": "dispute",
                     "amount": 400,
+                    "currency": "usd",
                     "charge": charge_id,
                     "status": "won",
                 },
@@ -323,6 +331,7 @@ def test_dispute_on_an_auto_recharge_charge_in_any_order(
                     "id": dispute_id,
                     "object": "dispute",
                     "amount": 400,
+                    "currency": "usd",
                     "charge": charge_id,
                     "status": "lost",
                 },
@@ -342,6 +351,7 @@ def test_dispute_on_an_auto_recharge_charge_in_any_order(
             "object": "payment_intent",
             "amount": 1000,
             "amount_received": 1000,
+            "currency": "usd",
             "customer": tenant.org.wallet.stripe_customer_id,
             "metadata": {"infrai_kind": "auto_recharge", "organization_id": str(tenant.org.pk)},
         },
@@ -349,3 +359,161 @@ def test_dispute_on_an_auto_recharge_charge_in_any_order(
     _post(client, pi_event)
     assert LedgerEntry.objects.filter(kind=EntryKind.AUTO_RECHARGE).count() == 1
     assert not audit_findings().drift
+
+
+# --- events that would move money must carry a positive amount in USD -------------------------
+
+_CHECKOUT_FAULTS = {
+    "negative": {"amount_total": -2000},
+    "zero": {"amount_total": 0},
+    "missing": {"amount_total": None},
+    "string": {"amount_total": "2000"},
+    "float": {"amount_total": 2000.5},
+    "eur": {"currency": "eur"},
+    "no-currency": {"currency": None},
+}
+
+
+def _without_nones(obj: dict) -> dict:
+    return {k: v for k, v in obj.items() if v is not None}
+
+
+def _assert_refused(response, caplog, *, balance, tenant, expected_balance) -> None:
+    assert response.status_code == 200  # Stripe stops retrying
+    stored = StripeEvent.objects.latest("received_at")
+    assert stored.status == StripeEventStatus.REFUSED, stored.detail
+    assert "nothing moved" in stored.detail
+    assert any(
+        r.levelname == "WARNING" and "refused" in r.getMessage()
+        for r in caplog.records
+        if r.name == "billing.services.webhooks"
+    )
+    assert balance(tenant) == expected_balance
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("fault", list(_CHECKOUT_FAULTS))
+@pytest.mark.parametrize(
+    "event_type", ["checkout.session.completed", "checkout.session.async_payment_succeeded"]
+)
+def test_checkout_without_a_positive_usd_amount_credits_nothing(
+    client, make_tenant, stripe_settings, monkeypatch, caplog, fault, event_type
+):
+    tenant = make_tenant()
+    topup = _start_topup(tenant, monkeypatch)
+    session = _without_nones(
+        {**_session(topup, payment_status="paid", pi="pi_bad"), **_CHECKOUT_FAULTS[fault]}
+    )
+    response = _post(client, stripe_event(event_type, session))
+    _assert_refused(response, caplog, balance=_balance, tenant=tenant, expected_balance=0)
+    assert not LedgerEntry.objects.exists()
+    topup.refresh_from_db()
+    assert topup.status == "open"  # not marked paid either
+
+
+def _paid_topup(client, tenant, monkeypatch) -> tuple[TopUp, str]:
+    topup = _start_topup(tenant, monkeypatch)
+    pi = f"pi_{secrets.token_hex(6)}"
+    ok = _post(
+        client,
+        stripe_event("checkout.session.completed", _session(topup, payment_status="paid", pi=pi)),
+    )
+    assert ok.status_code == 200 and _balance(tenant) == 20 * USD
+    return topup, pi
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "fault",
+    [
+        {"amount_refunded": None},
+        {"amount_refunded": -500},
+        {"amount_refunded": 0},
+        {"currency": "eur"},
+        {"currency": None},
+    ],
+    ids=["missing", "negative", "zero", "eur", "no-currency"],
+)
+def test_refund_without_a_positive_usd_amount_debits_nothing(
+    client, make_tenant, stripe_settings, monkeypatch, caplog, fault
+):
+    tenant = make_tenant()
+    topup, pi = _paid_topup(client, tenant, monkeypatch)
+    charge = _without_nones(
+        {**_charge(topup, pi=pi, charge_id="ch_bad", refunded_cents=500), **fault}
+    )
+    response = _post(client, stripe_event("charge.refunded", charge))
+    _assert_refused(response, caplog, balance=_balance, tenant=tenant, expected_balance=20 * USD)
+    assert not LedgerEntry.objects.filter(kind=EntryKind.REFUND).exists()
+
+
+def _dispute(pi: str, **fault) -> dict:
+    return _without_nones(
+        {
+            "id": f"dp_{secrets.token_hex(4)}",
+            "object": "dispute",
+            "amount": 400,
+            "currency": "usd",
+            "charge": "ch_d",
+            "payment_intent": pi,
+            "status": "lost",
+            "reason": "fraudulent",
+            **fault,
+        }
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "fault",
+    [{"amount": None}, {"amount": -400}, {"amount": "400"}, {"currency": "gbp"}],
+    ids=["missing", "negative", "string", "gbp"],
+)
+@pytest.mark.parametrize("event_type", ["charge.dispute.created", "charge.dispute.closed"])
+def test_dispute_without_a_positive_usd_amount_debits_nothing(
+    client, make_tenant, stripe_settings, monkeypatch, caplog, fault, event_type
+):
+    tenant = make_tenant()
+    _, pi = _paid_topup(client, tenant, monkeypatch)
+    status = "needs_response" if event_type.endswith("created") else "won"
+    response = _post(client, stripe_event(event_type, _dispute(pi, status=status, **fault)))
+    _assert_refused(response, caplog, balance=_balance, tenant=tenant, expected_balance=20 * USD)
+    assert not LedgerEntry.objects.filter(
+        kind__in=[EntryKind.DISPUTE, EntryKind.DISPUTE_WON]
+    ).exists()
+
+
+@pytest.mark.django_db
+def test_a_valid_dispute_still_debits(client, make_tenant, stripe_settings, monkeypatch):
+    """The control for the refusals above: the same event with a good amount moves money."""
+    tenant = make_tenant()
+    _, pi = _paid_topup(client, tenant, monkeypatch)
+    assert _post(client, stripe_event("charge.dispute.created", _dispute(pi))).status_code == 200
+    assert _balance(tenant) == 20 * USD - 4 * USD
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "fault",
+    [{"amount_received": -1000}, {"amount_received": None, "amount": None}, {"currency": "eur"}],
+    ids=["negative", "missing", "eur"],
+)
+def test_auto_recharge_payment_without_a_positive_usd_amount_credits_nothing(
+    client, make_tenant, stripe_settings, caplog, fault
+):
+    tenant = make_tenant()
+    intent = _without_nones(
+        {
+            "id": f"pi_{secrets.token_hex(6)}",
+            "object": "payment_intent",
+            "amount": 1000,
+            "amount_received": 1000,
+            "currency": "usd",
+            "customer": "cus_none",
+            "metadata": {"infrai_kind": "auto_recharge", "organization_id": str(tenant.org.pk)},
+            **fault,
+        }
+    )
+    response = _post(client, stripe_event("payment_intent.succeeded", intent))
+    _assert_refused(response, caplog, balance=_balance, tenant=tenant, expected_balance=0)
+    assert not LedgerEntry.objects.exists()
