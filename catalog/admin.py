@@ -55,7 +55,7 @@ class OfferingInline(admin.TabularInline):
 class ParameterRuleInline(admin.TabularInline):
     model = ParameterRule
     extra = 0
-    fields = ("parameter", "support", "accepted_values", "note")
+    fields = ("parameter", "support", "accepted_values", "max_value", "note")
 
 
 class PriceInline(admin.TabularInline):
@@ -135,7 +135,7 @@ class VendorAdmin(CatalogChangeMixin, admin.ModelAdmin):
             "",
             "<div>{}: {}</div>",
             (
-                (o.model_id, "routable" if o.routable else f"not routable — {o.unroutable_reason}")
+                (o.model_id, "routable" if o.routable else f"not routable — {o.unroutable_detail}")
                 for o in offerings
             ),
         )
@@ -263,7 +263,7 @@ class OfferingAdmin(CatalogChangeMixin, admin.ModelAdmin):
     def routable(self, obj: Offering) -> str:
         for offering in build_snapshot().offerings:
             if offering.offering_id == obj.pk:
-                return "yes" if offering.routable else f"no — {offering.unroutable_reason}"
+                return "yes" if offering.routable else f"no — {offering.unroutable_detail}"
         return "-"
 
 

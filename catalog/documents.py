@@ -7,8 +7,8 @@ Shape (see ``catalog/seed/catalog.yaml`` and ``docs/catalog.md``)::
          region, enabled, notes, verified_models?}
     models:
       - id, display_name, owned_by, description, capabilities, tasks, context_window,
-        max_output_tokens, embedding_dimensions, quality_tier, created
-        parameters: {<parameter>: <support> | {support, accepted_values, note}}
+        max_output_tokens, embedding_dimensions, quality_tier, tokenizer, created
+        parameters: {<parameter>: <support> | {support, accepted_values, max_value, note}}
         offerings:
           - vendor, upstream_model, priority, enabled
             prices: [{effective_from, source, input_per_mtok_usd, cached_input_per_mtok_usd,
@@ -72,6 +72,7 @@ _MODEL_FIELDS = (
     "max_output_tokens",
     "embedding_dimensions",
     "quality_tier",
+    "tokenizer",
 )
 
 
@@ -136,9 +137,13 @@ def _cell(value: Any, where: str) -> dict[str, Any]:
         "fails",
     ):
         raise CatalogDocumentError(f"{where}: support must be honoured, no_effect or fails")
+    limit = value.get("max_value")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise CatalogDocumentError(f"{where}: max_value must be a non-negative integer")
     return {
         "support": value["support"],
         "accepted_values": list(value.get("accepted_values") or []),
+        "max_value": limit,
         "note": str(value.get("note") or ""),
     }
 
@@ -273,6 +278,8 @@ def catalog_dump() -> dict[str, Any]:
         cell: dict[str, Any] = {"support": rule.support}
         if rule.accepted_values:
             cell["accepted_values"] = list(rule.accepted_values)
+        if rule.max_value is not None:
+            cell["max_value"] = rule.max_value
         if rule.note:
             cell["note"] = rule.note
         rules.setdefault(rule.model_id, {})[rule.parameter] = (

@@ -110,6 +110,13 @@ class Model(models.Model):
     max_output_tokens = models.PositiveIntegerField(default=0)
     embedding_dimensions = models.PositiveIntegerField(null=True, blank=True)
     quality_tier = models.PositiveSmallIntegerField(default=5)
+    tokenizer = models.CharField(
+        max_length=32,
+        blank=True,
+        help_text="The tiktoken encoding the model reads token-id input with (cl100k_base for "
+        "OpenAI's embedding models). Empty: another tokenizer — token-id input in OpenAI's "
+        "cl100k_base ids is decoded to text before it is sent.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -176,13 +183,16 @@ class ParameterRule(models.Model):
 
     ``accepted_values`` (a JSON list): when not empty, the request value must be one of them or
     the parameter *fails*; a ``fails`` cell with accepted values accepts exactly those
-    (MiniMax-M3's ``repetition_penalty`` at 1.0).
+    (MiniMax-M3's ``repetition_penalty`` at 1.0). ``max_value``: the model's limit, checked
+    before routing — the largest ``n``, the largest token id ``logit_bias`` may name (vocabulary
+    size - 1), the largest ``dimensions``.
     """
 
     model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="parameter_rules")
     parameter = models.CharField(max_length=32, choices=Parameter.choices)
     support = models.CharField(max_length=16, choices=Support.choices)
     accepted_values = models.JSONField(default=list, blank=True)
+    max_value = models.PositiveBigIntegerField(null=True, blank=True)
     note = models.CharField(max_length=300, blank=True)
 
     class Meta:

@@ -18,12 +18,25 @@ Modes (the ``model`` field): ``auto`` (= ``prefer`` from ``extra_body``, default
   unknown); ties by lower cost, higher quality, model id, vendor name.
 
 In every mode offerings on a half-open circuit (one trial request allowed) come after all the
-others, and offerings on an open circuit are left out. A routing mode never chooses a model on
-which a parameter the request sets *fails*; a pinned model answers 400 instead.
+others, and offerings on an open circuit are left out.
+
+What the request needs is a filter, checked before anything is held: a feature (image input,
+tools, JSON ``response_format``), every matrix parameter it sets (a parameter that *fails*,
+or a value above the model's limit: ``n``, ``logit_bias`` token ids, ``dimensions``), and the
+model's limits (prompt tokens + ``max_tokens`` within the context window, ``max_tokens`` within
+the output limit). A pinned model that does not meet one answers 400 naming the parameter; a
+routing mode leaves such models out and, when none is left among the models that could serve
+the endpoint, answers 400 naming the parameter and listing the available models that meet it —
+never a 503, which clients retry. A 503 means nothing can serve the endpoint at all right now;
+it carries ``x-should-retry: false`` when waiting will not change that (see
+:class:`~config.errors.NoRoutableOffering`).
+
+Model ids and routing modes are matched case-insensitively (``Auto``, ``gpt-4O-mini``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,17 +53,24 @@ from catalog.types import (
     PriceSnapshot,
     Support,
     VendorHealth,
+    largest,
 )
 from config.errors import InvalidRequest, NoRoutableOffering, NotFound
 
 ROUTING_MODES = ("auto", "cheapest", "smartest")
 PREFERENCES = ("balanced", "cheapest", "smartest", "fastest")
 
-# The request field a missing capability is blamed on in a 400.
+# The request field a missing capability is blamed on in a 400; capabilities not listed here
+# are the endpoint's own (chat, embeddings …) and choose which models are considered at all.
 _CAPABILITY_PARAM = {
     "vision": "messages",
     "tools": "tools",
     "json_mode": "response_format",
+}
+_CAPABILITY_WORDS = {
+    "vision": "image input",
+    "tools": "tool calling",
+    "json_mode": "JSON output (response_format json_object / json_schema)",
 }
 
 # Used for cost ranking when the caller passes no expected usage.
@@ -77,6 +97,11 @@ class RoutingRequest:
     (``{"seed": 7, "repetition_penalty": 1.1}``; ``extra_body`` ones included; unset ones absent).
     ``task`` / ``prefer``: from ``extra_body``. ``expected_usage``: what the call will probably
     consume (for cost ranking); ``None`` uses a reference usage for the capability.
+    ``prompt_tokens``: the prompt's tokens (our count) — checked, with ``max_output_tokens``,
+    against each model's context window; ``max_output_tokens``: the output cap the caller set
+    (``None``: none), checked against each model's output limit and named ``max_output_param``
+    in a refusal (``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``).
+    ``None`` leaves the check out.
     """
 
     model: str = "auto"
@@ -85,6 +110,9 @@ class RoutingRequest:
     task: str | None = None
     prefer: str | None = None
     expected_usage: Usage | None = None
+    prompt_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_output_param: str = "max_tokens"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +122,9 @@ class Candidate:
     ``ignored_params``: the request's parameters that have *no effect* on this model (the
     response reports them). ``rules``: the model's non-default matrix cells. ``health``: when
     ``HALF_OPEN`` the caller must win :func:`catalog.health.allow_request_async` before calling.
+    ``context_window`` / ``max_output_tokens``: the model's limits in tokens (0: unknown), to
+    size the output cap and the hold per candidate (:meth:`output_room`). ``tokenizer``: the
+    tiktoken encoding the model reads token ids with (``""``: its own).
     """
 
     offering_id: int
@@ -111,11 +142,27 @@ class Candidate:
     expected_cost_nanos: int
     quality_tier: int
     score: int
+    context_window: int = 0
+    max_output_tokens: int = 0
+    tokenizer: str = ""
 
     @property
     def label(self) -> str:
         """``vendor/model``, as pins are written."""
         return f"{self.vendor}/{self.model}"
+
+    def output_room(self, prompt_tokens: int, requested: int | None = None) -> int | None:
+        """The most output tokens this model can give a prompt of ``prompt_tokens``: the
+        ``requested`` cap if any, else what is left of the context window, never above the
+        model's output limit; ``None`` when the catalog knows neither limit."""
+        limits = []
+        if self.max_output_tokens:
+            limits.append(self.max_output_tokens)
+        if self.context_window:
+            limits.append(max(self.context_window - prompt_tokens, 1))
+        if requested is not None:
+            limits.append(requested)
+        return min(limits) if limits else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,12 +238,29 @@ def decide_route(
     """
     name = request.model.strip() or "auto"
     usage = request.expected_usage or _reference_usage(request.capabilities)
-    if name in ROUTING_MODES:
+    mode = routing_mode(name)
+    if mode is not None:
         return _route_mode(
-            snapshot=snapshot, request=request, mode=name, health=health, now=now, usage=usage
+            snapshot=snapshot, request=request, mode=mode, health=health, now=now, usage=usage
         )
     return _route_pinned(
         snapshot=snapshot, request=request, name=name, health=health, now=now, usage=usage
+    )
+
+
+def routing_mode(name: str) -> str | None:
+    """The routing mode ``name`` spells (any case, ``Auto`` → ``auto``), else ``None``."""
+    folded = name.strip().casefold()
+    return folded if folded in ROUTING_MODES else None
+
+
+def prefer_refusal(value: Any) -> InvalidRequest:
+    """The one 400 for a ``prefer`` outside :data:`PREFERENCES` (every endpoint uses it)."""
+    shown = json.dumps(value) if isinstance(value, str) else repr(value)
+    return InvalidRequest(
+        f"Invalid value for 'prefer': {shown}. Use one of: {', '.join(PREFERENCES)}.",
+        code="invalid_value",
+        param="prefer",
     )
 
 
@@ -217,11 +281,35 @@ def _failing(model: ModelView, params: Mapping[str, Any]) -> list[str]:
 
 
 def _ignored(model: ModelView, params: Mapping[str, Any]) -> tuple[str, ...]:
-    return tuple(p for p, s in parameter_effects(model, params).items() if s is Support.NO_EFFECT)
+    """The parameters with no effect on ``model``: its matrix says so, or ``top_k`` without a
+    sampling ``temperature`` (greedy decoding, as when temperature is absent or below 0.001,
+    never looks past the most probable token)."""
+    ignored = {p for p, s in parameter_effects(model, params).items() if s is Support.NO_EFFECT}
+    if "top_k" in params and not _samples(params.get("temperature")):
+        ignored.add("top_k")
+    return tuple(sorted(ignored))
+
+
+def _samples(temperature: Any) -> bool:
+    return isinstance(temperature, int | float) and temperature >= 0.001
 
 
 def _parameter_refusal(model: ModelView, parameter: str, value: Any) -> InvalidRequest:
     rule = model.rule(parameter)
+    if rule.exceeds(value):
+        if parameter == "logit_bias":
+            return InvalidRequest(
+                f"Invalid value for 'logit_bias': token id {largest(value)} is outside the "
+                f"vocabulary of model '{model.model_id}' (token ids 0 to {rule.max_value}).",
+                code="invalid_value",
+                param=parameter,
+            )
+        return InvalidRequest(
+            f"Invalid value for '{parameter}': {value}. Model '{model.model_id}' accepts at most "
+            f"{rule.max_value}.",
+            code="invalid_value",
+            param=parameter,
+        )
     if rule.accepted_values:
         accepted = " or ".join(repr(v) for v in rule.accepted_values)
         hint = (
@@ -277,22 +365,28 @@ class _Eligible:
     cost_nanos: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Unusable:
+    reason: str  # for customers
+    permanent: bool  # waiting will not change it
+
+
 def _availability(
     offering: OfferingView, health: Mapping[str, VendorHealth], now: datetime, usage: Usage
-) -> tuple[PriceSnapshot, VendorHealth, int] | str:
+) -> tuple[PriceSnapshot, VendorHealth, int] | _Unusable:
     """Price, health and expected cost of a usable offering, or why it is not usable."""
     if offering.unroutable_reason is not None:
-        return offering.unroutable_reason
+        return _Unusable(offering.unroutable_reason, offering.unroutable_permanent)
     vendor_health = health.get(offering.vendor, VendorHealth())
     if vendor_health.state is CircuitState.OPEN:
-        return f"vendor {offering.vendor} is failing (circuit open)"
+        return _Unusable(f"vendor {offering.vendor} is failing right now", False)
     price = offering.price_at(now)
     if price is None:
-        return "no price in force"
+        return _Unusable(f"vendor {offering.vendor} has no price for this model", True)
     return price, vendor_health, cost_nanos(price=price, usage=usage)
 
 
-def _candidate(item: _Eligible, params: Mapping[str, Any], score: int) -> Candidate:
+def _candidate(item: _Eligible, request: RoutingRequest, score: int) -> Candidate:
     offering = item.offering
     return Candidate(
         offering_id=offering.offering_id,
@@ -305,11 +399,162 @@ def _candidate(item: _Eligible, params: Mapping[str, Any], score: int) -> Candid
         model=item.model.model_id,
         price=item.price,
         rules=item.model.rules,
-        ignored_params=_ignored(item.model, params),
+        ignored_params=_ignored(item.model, request.params),
         health=item.health.state,
         expected_cost_nanos=item.cost_nanos,
         quality_tier=item.model.quality_tier,
         score=score,
+        context_window=item.model.context_window,
+        max_output_tokens=item.model.max_output_tokens,
+        tokenizer=item.model.tokenizer,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Unmet:
+    """One thing the request needs that a model does not give.
+
+    ``param``: the request field it is blamed on; ``error``: the 400 a pin on the model gets;
+    ``reason``: a short phrase for the ``excluded`` list of a routing mode.
+    """
+
+    param: str
+    error: InvalidRequest
+    reason: str
+
+
+def _unmet(model: ModelView, request: RoutingRequest) -> list[_Unmet]:
+    """Everything ``request`` needs that ``model`` does not give, most basic first."""
+    found: list[_Unmet] = []
+    for capability in sorted(request.capabilities - model.capabilities):
+        param = _CAPABILITY_PARAM.get(capability, "model")
+        words = _CAPABILITY_WORDS.get(capability, capability)
+        found.append(
+            _Unmet(
+                param,
+                InvalidRequest(
+                    f"Model '{model.model_id}' does not support {words}; choose a model that "
+                    f"does, or use model 'auto'.",
+                    code="unsupported_capability",
+                    param=param,
+                ),
+                f"no {words}",
+            )
+        )
+    for parameter in _failing(model, request.params):
+        error = _parameter_refusal(model, parameter, request.params[parameter])
+        rule = model.rule(parameter)
+        if rule.exceeds(request.params[parameter]):
+            reason = f"'{parameter}' above its limit of {rule.max_value}"
+        else:
+            reason = f"'{parameter}' not supported at this value"
+        found.append(_Unmet(parameter, error, reason))
+    found.extend(_limits_unmet(model, request))
+    return found
+
+
+def _limits_unmet(model: ModelView, request: RoutingRequest) -> list[_Unmet]:
+    """The context window and output limit, as OpenAI words their 400s."""
+    found = []
+    wanted = request.max_output_tokens
+    name = request.max_output_param
+    if wanted is not None and model.max_output_tokens and wanted > model.max_output_tokens:
+        found.append(
+            _Unmet(
+                name,
+                InvalidRequest(
+                    f"'{name}' is too large: {wanted}. Model '{model.model_id}' supports at most "
+                    f"{model.max_output_tokens} output tokens.",
+                    code="invalid_value",
+                    param=name,
+                ),
+                f"at most {model.max_output_tokens} output tokens",
+            )
+        )
+    prompt = request.prompt_tokens
+    if prompt is not None and model.context_window:
+        total = prompt + (wanted or 0)
+        if total > model.context_window:
+            asked = f"{prompt} in the messages" + (
+                f", {wanted} in the completion" if wanted else ""
+            )
+            found.append(
+                _Unmet(
+                    "messages",
+                    InvalidRequest(
+                        f"This model's maximum context length is {model.context_window} tokens. "
+                        f"However, you requested {total} tokens ({asked}). Please reduce the "
+                        "length of the messages or completion.",
+                        code="context_length_exceeded",
+                        param="messages",
+                    ),
+                    f"context window of {model.context_window} tokens too small",
+                )
+            )
+    return found
+
+
+def _no_model_meets(
+    request: RoutingRequest, servable: list[ModelView], unmet: Mapping[str, list[_Unmet]]
+) -> InvalidRequest:
+    """The 400 of a routing mode when every model that could serve the endpoint misses
+    something: blames the field that rules out the most of them and lists those meeting it."""
+    blocked: dict[str, int] = {}
+    for model in servable:
+        for param in dict.fromkeys(u.param for u in unmet[model.model_id]):
+            blocked[param] = blocked.get(param, 0) + 1
+    param = max(blocked, key=lambda p: blocked[p])  # dicts keep order: ties go to the first
+    first = next(u for m in servable for u in unmet[m.model_id] if u.param == param)
+    meeting = [m.model_id for m in servable if all(u.param != param for u in unmet[m.model_id])]
+    if first.error.code == "context_length_exceeded":
+        largest_window = max(m.context_window for m in servable)
+        what = (
+            f"This request needs {request.prompt_tokens or 0} prompt tokens"
+            + (
+                f" plus {request.max_output_tokens} output tokens"
+                if request.max_output_tokens
+                else ""
+            )
+            + f", more than the context window of any model available for it (at most "
+            f"{largest_window} tokens). Please reduce the length of the messages or completion"
+        )
+    elif param == request.max_output_param and first.error.code == "invalid_value":
+        most = max(m.max_output_tokens for m in servable)
+        what = (
+            f"'{param}' is too large: {request.max_output_tokens}. The models available for this "
+            f"request support at most {most} output tokens"
+        )
+    else:
+        capability = next(
+            (c for c, p in _CAPABILITY_PARAM.items() if p == param and c in request.capabilities),
+            None,
+        )
+        if capability is not None and first.error.code == "unsupported_capability":
+            need = _CAPABILITY_WORDS[capability]
+        else:
+            need = f"'{param}' with the value {_shown(request.params.get(param))}"
+        what = f"No model available for this request supports {need} ('{param}')"
+    listing = (
+        f" Models that do: {', '.join(meeting)}."
+        if meeting
+        else " No model available here does; remove the parameter or change its value."
+    )
+    return InvalidRequest(what + "." + listing, code=first.error.code, param=param)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _unavailable(head: str, unusable: list[tuple[str, _Unusable]]) -> NoRoutableOffering:
+    """The 503 when ``unusable`` (``(label, why)``) is all there is: ``head`` then the reasons;
+    permanent when every reason is (or there is nothing at all)."""
+    reasons = "; ".join(f"{label}: {u.reason}" for label, u in unusable[:_MAX_EXCLUDED])
+    return NoRoutableOffering(
+        f"{head} ({reasons or 'no vendor offers it'}).",
+        code="no_routable_offering",
+        permanent=all(u.permanent for _label, u in unusable),
     )
 
 
@@ -326,15 +571,9 @@ def _route_pinned(
     if resolved is None:
         raise _unknown_model(name)
     model, vendor_pin = resolved
-    for capability in sorted(request.capabilities - model.capabilities):
-        raise InvalidRequest(
-            f"Model '{model.model_id}' does not support {capability}; choose a model that "
-            f"does, or use model 'auto'.",
-            code="unsupported_capability",
-            param=_CAPABILITY_PARAM.get(capability, "model"),
-        )
-    for parameter in _failing(model, request.params):
-        raise _parameter_refusal(model, parameter, request.params[parameter])
+    unmet = _unmet(model, request)
+    if unmet:
+        raise unmet[0].error
     offerings = [o for o in snapshot.offerings_of(model.model_id) if vendor_pin in (None, o.vendor)]
     if vendor_pin is not None and not offerings:
         raise NotFound(
@@ -344,18 +583,17 @@ def _route_pinned(
         )
     eligible: list[_Eligible] = []
     excluded: list[Exclusion] = []
+    unusable: list[tuple[str, _Unusable]] = []
     for offering in offerings:
+        label = f"{offering.vendor}/{model.model_id}"
         found = _availability(offering, health, now, usage)
-        if isinstance(found, str):
-            excluded.append(Exclusion(f"{offering.vendor}/{model.model_id}", found))
+        if isinstance(found, _Unusable):
+            excluded.append(Exclusion(label, found.reason))
+            unusable.append((label, found))
         else:
             eligible.append(_Eligible(model, offering, *found))
     if not eligible:
-        reasons = "; ".join(f"{e.label}: {e.reason}" for e in excluded) or "no offering"
-        raise NoRoutableOffering(
-            f"The model '{model.model_id}' cannot be served right now ({reasons}).",
-            code="no_routable_offering",
-        )
+        raise _unavailable(f"The model '{model.model_id}' cannot be served right now", unusable)
     eligible.sort(
         key=lambda e: (
             e.health.state is CircuitState.HALF_OPEN,
@@ -373,7 +611,7 @@ def _route_pinned(
         prefer=None,
         task=request.task,
         why=why,
-        candidates=tuple(_candidate(e, request.params, 0) for e in eligible),
+        candidates=tuple(_candidate(e, request, 0) for e in eligible),
         excluded=tuple(excluded),
     )
 
@@ -397,35 +635,52 @@ def _route_mode(
                 code="invalid_value",
                 param="task",
             )
+    base = request.capabilities - _CAPABILITY_PARAM.keys()
+    needs = ", ".join(sorted(base))
+    relevant = [
+        m
+        for m in sorted(snapshot.models.values(), key=lambda m: m.model_id)
+        if base <= m.capabilities and (task is None or task in m.tasks)
+    ]
+    # Models some vendor can serve at all (circuits aside): the ones a request is matched to.
+    servable = [m for m in relevant if any(o.routable for o in snapshot.offerings_of(m.model_id))]
+    if not servable:
+        head = (
+            f"No model can serve this request right now: none of the models offering {needs}"
+            + (f" for task '{task}'" if task else "")
+            + " is available"
+        )
+        unusable = [
+            (
+                f"{o.vendor}/{m.model_id}",
+                _Unusable(o.unroutable_reason or "", o.unroutable_permanent),
+            )
+            for m in relevant
+            for o in snapshot.offerings_of(m.model_id)
+        ]
+        raise _unavailable(head, unusable)
+    unmet = {m.model_id: _unmet(m, request) for m in servable}
+    fitting = [m for m in servable if not unmet[m.model_id]]
+    if not fitting:
+        raise _no_model_meets(request, servable, unmet)
+    excluded = [
+        Exclusion(m.model_id, unmet[m.model_id][0].reason) for m in servable if unmet[m.model_id]
+    ]
     eligible: list[_Eligible] = []
-    excluded: list[Exclusion] = []
-    capable = 0
-    for model in sorted(snapshot.models.values(), key=lambda m: m.model_id):
-        if not request.capabilities <= model.capabilities:
-            continue
-        if task is not None and task not in model.tasks:
-            continue
-        capable += 1
-        failing = _failing(model, request.params)
-        if failing:
-            excluded.append(Exclusion(model.model_id, f"parameter {', '.join(failing)} fails"))
-            continue
+    unusable_now: list[tuple[str, _Unusable]] = []
+    for model in fitting:
         for offering in snapshot.offerings_of(model.model_id):
+            label = f"{offering.vendor}/{model.model_id}"
             found = _availability(offering, health, now, usage)
-            if isinstance(found, str):
-                excluded.append(Exclusion(f"{offering.vendor}/{model.model_id}", found))
+            if isinstance(found, _Unusable):
+                excluded.append(Exclusion(label, found.reason))
+                unusable_now.append((label, found))
             else:
                 eligible.append(_Eligible(model, offering, *found))
-    needs = ", ".join(sorted(request.capabilities))
     if not eligible:
-        detail = (
-            f"{capable} model(s) offer {needs}"
-            + (f" for task '{task}'" if task else "")
-            + (", but none can serve this request now" if capable else "")
-        )
-        raise NoRoutableOffering(
-            f"No model can serve this request right now: {detail}.",
-            code="no_routable_offering",
+        raise _unavailable(
+            "No model can serve this request right now",
+            unusable_now,
         )
     scores = _balanced_scores(eligible) if prefer == "balanced" else {}
     eligible.sort(key=_ORDERINGS[prefer](scores))
@@ -441,7 +696,7 @@ def _route_mode(
         task=task,
         why=why,
         candidates=tuple(
-            _candidate(e, request.params, scores.get(e.offering.offering_id, 0)) for e in eligible
+            _candidate(e, request, scores.get(e.offering.offering_id, 0)) for e in eligible
         ),
         excluded=tuple(excluded),
     )
@@ -452,11 +707,7 @@ def _preference(mode: str, prefer: str | None) -> str:
         return mode
     chosen = prefer or "balanced"
     if chosen not in PREFERENCES:
-        raise InvalidRequest(
-            f"Invalid value for 'prefer': {chosen!r}. Use one of: {', '.join(PREFERENCES)}.",
-            code="invalid_value",
-            param="prefer",
-        )
+        raise prefer_refusal(chosen)
     return chosen
 
 

@@ -89,17 +89,40 @@ def price_in_force(*, offering_id: int, at: datetime) -> PriceSnapshot | None:
     return price_snapshot(row) if row is not None else None
 
 
-def _unroutable_reason(offering: Offering, vendor: VendorView) -> str | None:
+@dataclass(frozen=True, slots=True)
+class _Unroutable:
+    reason: str  # for customers: names the vendor, never an operator setting
+    detail: str  # for staff (the admin): what to fix
+    permanent: bool  # lasts until an operator acts
+
+
+def _unroutable(offering: Offering, vendor: VendorView) -> _Unroutable | None:
     if not offering.enabled:
-        return "offering disabled"
+        return _Unroutable(
+            f"vendor {vendor.name} does not offer this model now", "offering disabled", True
+        )
     if not vendor.enabled:
-        return f"vendor {vendor.name} disabled"
+        return _Unroutable(
+            f"vendor {vendor.name} is not available", f"vendor {vendor.name} disabled", True
+        )
     if not vendor.credentials_configured:
-        return f"vendor {vendor.name} credentials not configured (set {vendor.credentials_env})"
+        return _Unroutable(
+            f"vendor {vendor.name} is not available on this platform",
+            f"vendor {vendor.name} credentials not configured (set {vendor.credentials_env})",
+            True,
+        )
     if vendor.verified_at is None:
-        return f"vendor {vendor.name} not verified (no successful probe of its /models yet)"
+        return _Unroutable(
+            f"vendor {vendor.name} is not ready yet",
+            f"vendor {vendor.name} not verified (no successful probe of its /models yet)",
+            False,
+        )
     if offering.upstream_model not in vendor.verified_models:
-        return f"vendor {vendor.name} does not list {offering.upstream_model} in its /models"
+        return _Unroutable(
+            f"vendor {vendor.name} does not serve this model now",
+            f"vendor {vendor.name} does not list {offering.upstream_model} in its /models",
+            False,
+        )
     return None
 
 
@@ -130,10 +153,13 @@ def _model_view(model: Model, rules: list[ParameterRule]) -> ModelView:
         quality_tier=model.quality_tier,
         embedding_dimensions=model.embedding_dimensions,
         rules={
-            r.parameter: ParamRule(r.parameter, Support(r.support), tuple(r.accepted_values or ()))
+            r.parameter: ParamRule(
+                r.parameter, Support(r.support), tuple(r.accepted_values or ()), r.max_value
+            )
             for r in rules
-            if r.support != Support.HONOURED or r.accepted_values
+            if r.support != Support.HONOURED or r.accepted_values or r.max_value is not None
         },
+        tokenizer=model.tokenizer,
     )
 
 
@@ -152,6 +178,7 @@ def build_snapshot(*, version: str = "") -> CatalogSnapshot:
         "model__model_id", "priority", "vendor__name"
     ):
         vendor = vendors[offering.vendor.name]
+        unroutable = _unroutable(offering, vendor)
         offerings.append(
             OfferingView(
                 offering_id=offering.pk,
@@ -164,7 +191,9 @@ def build_snapshot(*, version: str = "") -> CatalogSnapshot:
                 upstream_model=offering.upstream_model,
                 priority=offering.priority,
                 prices=tuple(prices_by_offering[offering.pk]),
-                unroutable_reason=_unroutable_reason(offering, vendor),
+                unroutable_reason=unroutable.reason if unroutable else None,
+                unroutable_detail=unroutable.detail if unroutable else "",
+                unroutable_permanent=unroutable.permanent if unroutable else False,
             )
         )
     return CatalogSnapshot(

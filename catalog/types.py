@@ -48,20 +48,46 @@ class ParamRule:
 
     ``accepted_values``: when not empty, a value outside it *fails*; a ``FAILS`` rule whose
     accepted values contain the request's value accepts it (the value is then honoured as is).
+    ``max_value``: the model's limit for the parameter, when it has one — the largest ``n``,
+    the largest token id ``logit_bias`` may name (vocabulary size - 1), the largest
+    ``dimensions``; a value above it *fails* (:meth:`exceeds`).
     """
 
     parameter: str
     support: Support
     accepted_values: tuple[Any, ...] = ()
+    max_value: int | None = None
 
     def effect(self, value: Any) -> Support:
         """What happens when a request sets this parameter to ``value``."""
+        if self.exceeds(value):
+            return Support.FAILS
         if self.accepted_values:
             if not any(_same_value(value, ok) for ok in self.accepted_values):
                 return Support.FAILS
             if self.support is Support.FAILS:
                 return Support.HONOURED
         return self.support
+
+    def exceeds(self, value: Any) -> bool:
+        """Whether ``value`` is above :attr:`max_value` (for a mapping such as ``logit_bias``:
+        whether any of its keys, read as integers, is)."""
+        if self.max_value is None:
+            return False
+        return largest(value) > self.max_value
+
+
+def largest(value: Any) -> int:
+    """The number a limit is checked against: an integer itself, the largest integer key of a
+    mapping (``logit_bias``), else -1 (nothing to check)."""
+    if isinstance(value, bool):
+        return -1
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Mapping):
+        keys = [int(k) for k in value if str(k).isdigit()]
+        return max(keys, default=-1)
+    return -1
 
 
 def _same_value(value: Any, accepted: Any) -> bool:
@@ -109,19 +135,39 @@ class ModelView:
     quality_tier: int
     embedding_dimensions: int | None
     rules: Mapping[str, ParamRule]
+    tokenizer: str = ""
 
     def rule(self, parameter: str) -> ParamRule:
-        """The matrix cell for ``parameter`` (honoured when the matrix has none)."""
-        return self.rules.get(parameter) or ParamRule(parameter, Support.HONOURED)
+        """The matrix cell for ``parameter`` (when the matrix has none: honoured, or the
+        parameter's :data:`DEFAULT_SUPPORT`)."""
+        return self.rules.get(parameter) or ParamRule(
+            parameter, DEFAULT_SUPPORT.get(parameter, Support.HONOURED)
+        )
+
+
+# Parameters OpenAI accepts that a model ignores unless its matrix row says otherwise: the
+# gateway does not forward them, so they have no effect anywhere today and are reported in
+# ``ignored_params`` (``reasoning_effort`` / ``verbosity`` steer OpenAI's reasoning models;
+# ``prediction`` is a latency hint; ``web_search_options`` needs a search-enabled model).
+DEFAULT_SUPPORT: Mapping[str, Support] = {
+    "reasoning_effort": Support.NO_EFFECT,
+    "verbosity": Support.NO_EFFECT,
+    "prediction": Support.NO_EFFECT,
+    "web_search_options": Support.NO_EFFECT,
+}
 
 
 @dataclass(frozen=True, slots=True)
 class OfferingView:
     """An offering with its price history (oldest first) and whether it can be routed to.
 
-    ``unroutable_reason`` is ``None`` for a routable offering, else a sentence for humans
-    (vendor disabled, credentials not configured, upstream model not verified …). Circuit
-    health is not part of it: that changes per call and is passed to routing separately.
+    ``unroutable_reason`` is ``None`` for a routable offering, else a sentence customers may
+    read (vendor disabled, not configured, not verified yet …) — it never names operator
+    settings; ``unroutable_detail`` is the staff version (which environment variable is
+    missing). ``unroutable_permanent``: the reason lasts until an operator acts (disabled, no
+    credentials, no price), so a refusal because of it must not be retried by clients; a
+    vendor not verified yet (its first probe still pending) is not permanent. Circuit health is
+    not part of it: that changes per call and is passed to routing separately.
     """
 
     offering_id: int
@@ -135,6 +181,8 @@ class OfferingView:
     priority: int
     prices: tuple[tuple[datetime, PriceSnapshot], ...]
     unroutable_reason: str | None
+    unroutable_detail: str = ""
+    unroutable_permanent: bool = False
 
     @property
     def routable(self) -> bool:

@@ -149,11 +149,43 @@ class UpstreamError(ApiError):
 
 
 class NoRoutableOffering(ApiError):
-    """503: nothing in the catalog can serve the request right now."""
+    """503: nothing in the catalog can serve the request right now.
+
+    ``permanent``: it will not change by waiting (the only offerings are disabled or their
+    vendor is not configured): the response carries ``x-should-retry: false`` so the OpenAI
+    SDKs do not retry it. A transient refusal (open circuits, a vendor not verified yet) may be
+    retried.
+    """
 
     status = 503
     type = "api_error"
     default_code = "no_routable_offering"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+        permanent: bool = False,
+    ) -> None:
+        super().__init__(message, code=code, param=param, headers=headers)
+        self.permanent = permanent
+
+    def headers(self) -> dict[str, str]:
+        out = super().headers()
+        if self.permanent:
+            out["x-should-retry"] = "false"
+        return out
+
+
+class ServiceUnavailable(ApiError):
+    """503: this process cannot take the call now (it is shutting down); retrying may work."""
+
+    status = 503
+    type = "api_error"
+    default_code = "service_unavailable"
 
 
 class UpstreamTimeout(ApiError):

@@ -88,7 +88,7 @@ def _offering_status(
     found = vendor_health.get(offering.vendor, VendorHealth())
     reason = offering.unroutable_reason
     if reason is None and found.state is CircuitState.OPEN:
-        reason = f"vendor {offering.vendor} is failing (circuit open)"
+        reason = f"vendor {offering.vendor} is failing right now"
     return {
         "vendor": offering.vendor,
         "region": offering.region,

@@ -149,11 +149,13 @@ def test_retrieve_model_details_prices_and_availability(routable_fake, issue_key
 
     unavailable = client.models.retrieve("fake-embed").model_dump()["availability"]
     assert unavailable["available"] is False
-    assert "does not list not-served" in unavailable["offerings"][0]["reason"]
+    assert unavailable["offerings"][0]["reason"] == "vendor fakeco does not serve this model now"
 
     gpt = client.models.retrieve("gpt-4o-mini").model_dump()["availability"]
     assert gpt["available"] is False
-    assert "OPENAI_API_KEY" in gpt["offerings"][0]["reason"]
+    # Customers see the vendor and the reason, never the operator's setting.
+    assert gpt["offerings"][0]["reason"] == "vendor openai is not available on this platform"
+    assert "OPENAI_API_KEY" not in json.dumps(gpt)
 
     auto = client.models.retrieve("auto").model_dump()
     assert auto["routing_mode"] is True

@@ -122,14 +122,17 @@ def test_routing_modes_never_choose_a_model_on_which_a_parameter_fails(
     make_routable: MakeRoutable,
 ):
     snapshot = make_routable("infrai-gpu")
-    decision = decide(snapshot, model="auto", params={"logit_bias": {"50256": -100}})
+    decision = decide(snapshot, model="auto", params={"logit_bias": {"1000": -100}})
     # Only gpt-oss-120b honours logit_bias among the six; SmolLM2 (gpu-backend) does too.
     assert set(labels(decision)) == {
         "infrai-gpu/gpt-oss-120b",
         "infrai-gpu/SmolLM2-135M-Instruct",
     }
     excluded = {e.label: e.reason for e in decision.excluded}
-    assert excluded["MiniMax-M3"] == "parameter logit_bias fails"
+    assert excluded["MiniMax-M3"] == "'logit_bias' not supported at this value"
+    # A token id outside SmolLM2's 49,152-token vocabulary rules it out as well.
+    beyond = decide(snapshot, model="auto", params={"logit_bias": {"50256": -100}})
+    assert set(labels(beyond)) == {"infrai-gpu/gpt-oss-120b"}
     penalty = decide(snapshot, model="smartest", params={"repetition_penalty": 1.1})
     assert "infrai-gpu/MiniMax-M3" not in labels(penalty)
     neutral = decide(snapshot, model="smartest", params={"repetition_penalty": 1.0})
@@ -256,12 +259,22 @@ def test_vendor_pin_restricts_to_that_vendor(make_routable: MakeRoutable):
         decide(snapshot, model="azure/gpt-4o")
 
 
-def test_pinned_model_on_an_unconfigured_vendor_is_a_503_that_says_why(seeded):
+def test_pinned_model_on_an_unconfigured_vendor_is_a_permanent_503_naming_no_setting(seeded):
     from catalog.selectors import build_snapshot
 
+    snapshot = build_snapshot()
     with pytest.raises(NoRoutableOffering) as err:
-        decide(build_snapshot(), model="dashscope/qwen-plus")
-    assert "DASHSCOPE_API_KEY" in err.value.message
+        decide(snapshot, model="dashscope/qwen-plus")
+    # The customer learns which vendor and why, not which environment variable is missing …
+    assert "dashscope" in err.value.message
+    assert "not available" in err.value.message
+    assert "DASHSCOPE_API_KEY" not in err.value.message
+    assert "set " not in err.value.message
+    # … and the SDKs are told not to retry: waiting does not configure a vendor.
+    assert err.value.headers()["x-should-retry"] == "false"
+    # Staff see the setting in the admin's detail.
+    qwen = next(o for o in snapshot.offerings if o.model_id == "qwen-plus")
+    assert "DASHSCOPE_API_KEY" in qwen.unroutable_detail
 
 
 def test_open_circuit_removes_a_vendor_and_half_open_demotes_it(make_routable: MakeRoutable):
@@ -270,7 +283,7 @@ def test_open_circuit_removes_a_vendor_and_half_open_demotes_it(make_routable: M
     assert healthy.first.vendor == "deepseek"
     opened = decide(snapshot, {"deepseek": VendorHealth(state=CircuitState.OPEN)}, model="auto")
     assert "deepseek" not in {c.vendor for c in opened.candidates}
-    assert any("circuit open" in e.reason for e in opened.excluded)
+    assert any(e.reason == "vendor deepseek is failing right now" for e in opened.excluded)
     half = decide(snapshot, {"deepseek": VendorHealth(state=CircuitState.HALF_OPEN)}, model="auto")
     assert half.candidates[-1].vendor == "deepseek"
     assert half.candidates[-1].health is CircuitState.HALF_OPEN

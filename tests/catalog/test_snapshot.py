@@ -29,7 +29,8 @@ def test_snapshot_is_reused_until_the_version_changes(seeded, settings, django_a
     rebuilt = snapshot()  # … the bump is
     assert rebuilt is not first
     gpt4o = next(o for o in rebuilt.offerings if o.model_id == "gpt-4o")
-    assert gpt4o.unroutable_reason == "offering disabled"
+    assert gpt4o.unroutable_detail == "offering disabled"
+    assert gpt4o.unroutable_reason == "vendor openai does not offer this model now"
 
 
 def test_another_process_bumping_the_version_is_noticed(seeded, settings):
