@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import openai
@@ -65,13 +66,14 @@ def test_a_call_during_load_waits_and_is_answered_through_the_gateway(
     _url, gate = loading_backend
     vendor_probe(vendor=Vendor.objects.get(name="infrai-gpu"))
     client = client_for(issue_key(), timeout=150.0)
-    with ThreadPoolExecutor(1) as pool:
-        call = pool.submit(
-            client.chat.completions.with_raw_response.create,
-            model=CHAT_MODEL_ID,
-            messages=[{"role": "user", "content": "Say hi"}],
-            max_tokens=4,
+
+    def ask() -> Any:
+        return client.chat.completions.with_raw_response.create(
+            model=CHAT_MODEL_ID, messages=[{"role": "user", "content": "Say hi"}], max_tokens=4
         )
+
+    with ThreadPoolExecutor(1) as pool:
+        call = pool.submit(ask)
         time.sleep(1.0)
         assert not call.done()  # the gate is shut: the gateway's call can only be waiting
         gate.open()

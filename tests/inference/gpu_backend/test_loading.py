@@ -10,6 +10,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,7 +24,7 @@ from tests.gpu import gated_backend
 CHAT = {"model": CHAT_MODEL_ID, "messages": [{"role": "user", "content": "Say hi"}]}
 
 
-def wait_for_state(url: str, model: str, state: str) -> dict[str, object]:
+def wait_for_state(url: str, model: str, state: str) -> dict[str, Any]:
     """Poll ``/health`` until ``model`` is in ``state`` (the loader thread starts at once)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
