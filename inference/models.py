@@ -11,6 +11,7 @@ class RequestStatus(models.TextChoices):
     CLIENT_ERROR = "client_error", "Client error"
     VENDOR_ERROR = "vendor_error", "Vendor error"
     CANCELLED = "cancelled", "Client disconnected"
+    ABANDONED = "abandoned", "Abandoned (the serving process died)"
 
 
 class RequestLog(models.Model):

@@ -1,9 +1,19 @@
 """The steps every ``/v1`` call shares after validation, each in one place.
 
 limit → route → hold → call with failover → settle + record → respond. Endpoints compose
-them; the chat module adds streaming. Money rules: a hold is opened before any vendor call and
-every exit path after it ends in :meth:`Call.finish` (which settles exactly once and writes the
-request-log row before the ledger entry, so no entry exists without its request).
+them; :mod:`inference.relay` adds streaming. Money rules:
+
+- A hold is opened before any vendor call, and the opening cannot be half-cancelled: a client
+  that leaves while it is being opened gets it released (:meth:`Call.hold`).
+- Every exit path after it ends in :meth:`Call.finish`, which writes the request-log row and
+  settles the hold **in one transaction**, in a task shielded from the request's cancellation
+  (a client leaving cannot stop it). Text PostgreSQL cannot store is cleaned first; if the row
+  still cannot be written, the hold is settled anyway and a minimal row written — a failed log
+  write never leaves a hold open or a call free.
+- While a call holds money this process renews its hold (:func:`_renew_holds`), so only holds
+  of dead processes expire.
+- :func:`drain` (process shutdown) refuses new calls, lets calls in flight finish for a grace
+  period, then ends the rest and bills what each delivered.
 """
 
 from __future__ import annotations
@@ -17,11 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from django.conf import settings
+from django.db import transaction
 
 from accounts.auth import KeyContext
 from billing.money import nanos_to_usd_str
 from billing.pricing import Usage, cost_nanos
-from billing.services import ahold_open, hold_settle
+from billing.services import ahold_open, aholds_renew, hold_settle
 from catalog import health
 from catalog.routing import Candidate, RoutingDecision, RoutingRequest
 from catalog.selectors import credentials_value, routing_decide
@@ -31,6 +42,7 @@ from config.errors import (
     ApiError,
     InvalidRequest,
     NoRoutableOffering,
+    ServiceUnavailable,
     UpstreamError,
     UpstreamTimeout,
 )
@@ -43,8 +55,11 @@ from inference.vendors.errors import VendorError, VendorRejected, VendorTimeout
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _background: set[asyncio.Task[Any]] = set()
-# Streams being relayed by this process (see :func:`settle_inflight_now`).
+# Calls of this process that hold money and are not finished (renewal, drain, exit hook).
 _inflight: set[Call] = set()
+_draining = False
+_renewers: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
+SHUTTING_DOWN_CODE = "server_shutting_down"
 
 
 def spawn(coro: Awaitable[Any]) -> None:
@@ -89,6 +104,9 @@ class Call:
     finished: bool = False
     cached: dict[str, Any] | None = None  # who served the cached answer (cache hits)
     usage_so_far: Callable[[], Usage] | None = None  # set while streaming (shutdown billing)
+    task: asyncio.Task[Any] | None = None  # the request's task (drain cancels it)
+    shutting_down: bool = False  # set by drain before it cancels ``task``
+    renewed_at: float = field(default_factory=time.monotonic)  # the hold's last (re)start
 
     __hash__ = object.__hash__  # identity: calls are kept in the in-flight set
 
@@ -108,22 +126,51 @@ class Call:
         return self.decision
 
     async def hold(self, *, worst_case: Callable[[Candidate], Usage]) -> None:
-        """Reserve the worst case over every candidate (failover may pick any of them)."""
+        """Reserve the worst case over every candidate (failover may pick any of them).
+
+        Refused with a 503 ``server_shutting_down`` while the process drains. The opening runs
+        in its own task: if the request is cancelled meanwhile, the hold is released as soon
+        as it is open (logged as a 499), so a cancellation leaves nothing behind.
+        """
         assert self.decision is not None
+        if _draining:
+            raise ServiceUnavailable(
+                "The server is restarting; retry the request.", code=SHUTTING_DOWN_CODE
+            )
         amount = max(
             cost_nanos(price=c.price, usage=worst_case(c)) for c in self.decision.candidates
         )
-        await ahold_open(
-            organization_id=self.key.organization_id,
-            project_id=self.key.project_id,
-            api_key_id=self.key.key_id,
-            request_id=self.request.request_id,
-            amount_nanos=amount,
-            budget_nanos=self.key.monthly_budget_nanos,
-            ttl_s=settings.INFRAI_HOLD_TTL_S,
+        opening = asyncio.ensure_future(
+            ahold_open(
+                organization_id=self.key.organization_id,
+                project_id=self.key.project_id,
+                api_key_id=self.key.key_id,
+                request_id=self.request.request_id,
+                amount_nanos=amount,
+                budget_nanos=self.key.monthly_budget_nanos,
+                ttl_s=settings.INFRAI_HOLD_TTL_S,
+            )
         )
         self.hold_nanos = amount
+        try:
+            await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            _keep(asyncio.ensure_future(self._release_when_open(opening)))
+            raise
         self.held = True
+        self.task = asyncio.current_task()
+        _inflight.add(self)
+        _ensure_renewer()
+
+    async def _release_when_open(self, opening: asyncio.Future[None]) -> None:
+        """The request was cancelled while its hold was opening: release it once open."""
+        try:
+            await opening
+        except Exception:
+            return  # refused or failed: nothing is held
+        self.held = True
+        self.charge(Usage())
+        await self.finish(status=RequestStatus.CANCELLED, http_status=499)
 
     # --- call with failover ---------------------------------------------------------------
     async def call(self, fn: Callable[[Adapter, VendorTarget, Candidate], Awaitable[T]]) -> T:
@@ -147,9 +194,11 @@ class Call:
                 )
             except VendorRejected as exc:
                 self.served_by = candidate
+                # OpenAI's code and param where the vendor said which (context overflow …).
                 raise InvalidRequest(
                     f"The vendor serving '{candidate.model}' rejected the request: {exc.message}",
-                    code="vendor_rejected_request",
+                    code=exc.code or "vendor_rejected_request",
+                    param=exc.param,
                 ) from exc
             except VendorError as exc:
                 last = exc
@@ -248,24 +297,27 @@ class Call:
     async def finish(
         self, *, status: RequestStatus, http_status: int, error_code: str = ""
     ) -> None:
-        """Write the request-log row, then settle the hold (exactly once; safe to call again).
+        """Write the request-log row and settle the hold together (exactly once; safe to call
+        again). Runs on every exit path.
 
-        Runs on every exit path. Must not be interrupted: callers on a cancelled task call it
-        from ``finally`` without a second cancellation in flight.
+        The work runs in its own task, started before this coroutine first yields: cancelling
+        the caller (the client left, even twice) cannot stop it; the caller still waits for it
+        so that a client that reads the answer's end sees its ledger entry.
         """
         if self.finished:
             return
         self.finished = True
-        _inflight.discard(self)
         row = self._log_row(status=status, http_status=http_status, error_code=error_code)
-        await _record_and_settle(row, self.held, self.cost_nanos)
+        job = asyncio.ensure_future(_record_and_settle(row, self.held, self.cost_nanos))
+        _keep(job)
+        job.add_done_callback(lambda _job: _inflight.discard(self))
+        await asyncio.shield(job)
         spawn(_push_live(row))
 
     def streaming(self, usage_so_far: Callable[[], Usage]) -> None:
         """Mark the call as streaming: if the process stops before the stream ends,
         :func:`settle_inflight_now` bills ``usage_so_far()`` (what was delivered)."""
         self.usage_so_far = usage_so_far
-        _inflight.add(self)
 
     def _log_row(self, *, status: RequestStatus, http_status: int, error_code: str) -> RequestLog:
         served = self.served()
@@ -309,8 +361,20 @@ class Call:
             raise
         except asyncio.CancelledError:
             self.charge(Usage())
-            await self.finish(status=RequestStatus.CANCELLED, http_status=499)
-            raise
+            if not self.shutting_down:
+                await self.finish(status=RequestStatus.CANCELLED, http_status=499)
+                raise
+            # The process is draining: the client gets a 503 it may retry elsewhere.
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            exc = ServiceUnavailable(
+                "The server is restarting and ended this request before it was answered; "
+                "nothing was charged. Retry the request.",
+                code=SHUTTING_DOWN_CODE,
+            )
+            await self.fail(exc)
+            raise exc from None
         except Exception:
             await self.fail(ApiError("The server had an error while processing your request."))
             raise
@@ -325,9 +389,10 @@ class Call:
 def settle_inflight_now() -> int:
     """Bill every stream this process is still relaying for what it delivered so far.
 
-    For process shutdown (registered with :mod:`atexit` by the app): daphne drops open streams
-    on SIGTERM without running their ``finally`` blocks, which would leave their holds to the
-    expiry sweeper — a free call. Synchronous; returns how many calls it settled.
+    The last resort at process exit (registered with :mod:`atexit` by the app) for calls that
+    :func:`drain` did not end — a server without the drain (daphne drops open streams on
+    SIGTERM without running their ``finally`` blocks). Synchronous; returns how many calls it
+    settled.
     """
     settled = 0
     for call in list(_inflight):
@@ -347,14 +412,141 @@ def settle_inflight_now() -> int:
     return settled
 
 
-def _record_and_settle_now(row: RequestLog, held: bool, cost: int) -> None:
-    row.save(force_insert=True)
+async def drain(*, grace_s: float) -> int:
+    """Stop this process's calls for shutdown; returns how many had to be ended.
+
+    New holds are refused at once (503 ``server_shutting_down``, which the SDKs retry). Calls
+    in flight get ``grace_s`` seconds to finish; the rest are cancelled with
+    ``shutting_down`` set — a stream then ends with an error event and ``[DONE]`` and is billed
+    for what it delivered, a non-streamed call answers 503 and is charged nothing — and their
+    settlement is awaited (bounded). Whatever is still open after that is billed by
+    :func:`settle_inflight_now`.
+    """
+    global _draining
+    _draining = True
+    running = {call.task for call in _inflight if call.task is not None and not call.task.done()}
+    if running:
+        await asyncio.wait(running, timeout=grace_s)
+    ended = [call for call in _inflight if not call.finished]
+    for call in ended:
+        call.shutting_down = True
+        if call.task is not None:
+            call.task.cancel()
+    pending = {c.task for c in ended if c.task is not None} | set(_background)
+    if pending:
+        await asyncio.wait(pending, timeout=10.0)
+    if _background:
+        await asyncio.wait(set(_background), timeout=5.0)
+    if _inflight:
+        await db_async(settle_inflight_now)()
+    return len(ended)
+
+
+def _keep(task: asyncio.Future[Any]) -> None:
+    _background.add(task)  # type: ignore[arg-type]
+    task.add_done_callback(_background.discard)  # type: ignore[arg-type]
+
+
+def _ensure_renewer() -> None:
+    """Start this event loop's hold renewer once (one per loop: tests run several)."""
+    loop = asyncio.get_running_loop()
+    task = _renewers.get(loop)
+    if task is None or task.done():
+        _renewers[loop] = loop.create_task(_renew_holds())
+
+
+async def _renew_holds() -> None:
+    """Keep renewing, on a short tick, the holds of this loop's calls (:func:`renew_due`)."""
+    while True:
+        ttl = float(settings.INFRAI_HOLD_TTL_S)
+        await asyncio.sleep(min(max(ttl / 3, 0.5), 5.0))
+        try:
+            await renew_due()
+        except Exception:
+            log.warning("could not renew holds", exc_info=True)
+
+
+async def renew_due(*, now: float | None = None) -> int:
+    """Push back the expiry of every hold of this loop's unfinished calls that was last renewed
+    a third of the hold TTL ago, so the sweeper only ever expires holds of dead processes.
+    Returns how many holds were renewed."""
+    ttl = int(settings.INFRAI_HOLD_TTL_S)
+    loop = asyncio.get_running_loop()
+    at = time.monotonic() if now is None else now
+    due = [
+        call
+        for call in list(_inflight)
+        if call.held
+        and not call.finished
+        and call.task is not None
+        and call.task.get_loop() is loop
+        and at - call.renewed_at >= ttl / 3
+    ]
+    if not due:
+        return 0
+    renewed = await aholds_renew(request_ids=[c.request.request_id for c in due], ttl_s=ttl)
+    for call in due:
+        call.renewed_at = at
+    return int(renewed)
+
+
+def _clean_text(value: Any) -> Any:
+    """``value`` with every string made storable by PostgreSQL (no NUL, no lone surrogates),
+    recursively through lists and dicts."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            value = value.replace("\x00", "")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            value = value.encode("utf-8", "replace").decode("utf-8")
+        return value
+    if isinstance(value, list):
+        return [_clean_text(v) for v in value]
+    if isinstance(value, dict):
+        return {_clean_text(k): _clean_text(v) for k, v in value.items()}
+    return value
+
+
+_TEXT_FIELDS = ("requested_model", "model", "vendor", "region", "error_code", "prompt")
+
+
+def _clean_row(row: RequestLog) -> None:
+    for name in _TEXT_FIELDS:
+        setattr(row, name, _clean_text(getattr(row, name)))
+    row.routing = _clean_text(row.routing)
+    row.ignored_params = _clean_text(row.ignored_params)
+
+
+def _settle_only(row: RequestLog, held: bool, cost: int) -> None:
     if held:
         hold_settle(
             request_id=row.request_id,
             actual_nanos=cost,
             description=f"{row.endpoint} {row.model}".strip(),
         )
+
+
+def _record_and_settle_now(row: RequestLog, held: bool, cost: int) -> None:
+    """The request-log row and the settlement in one transaction.
+
+    If the row cannot be written even after cleaning, the hold is settled on its own (money
+    first) and a minimal row — no routing, no prompt, ``log_write_failed`` — is written.
+    """
+    _clean_row(row)
+    try:
+        with transaction.atomic():
+            row.save(force_insert=True)
+            _settle_only(row, held, cost)
+        return
+    except Exception:
+        log.exception("could not write the request log of %s; settling alone", row.request_id)
+    _settle_only(row, held, cost)
+    row.pk = None
+    row.routing, row.ignored_params, row.prompt = {}, [], ""
+    row.error_code = "log_write_failed"
+    row.requested_model = row.requested_model.encode("ascii", "ignore").decode()
+    row.save(force_insert=True)
 
 
 _record_and_settle_sync = db_async(_record_and_settle_now)
@@ -364,7 +556,8 @@ async def _record_and_settle(row: RequestLog, held: bool, cost: int) -> None:
     try:
         await _record_and_settle_sync(row, held, cost)
     except Exception:
-        # The hold stays open and the sweeper releases it; never let this mask the response.
+        # Only a database that refuses everything gets here: the hold stays open, renewal
+        # stops with the call, and the sweeper releases it (logged there with its request).
         log.exception("could not record/settle %s", row.request_id)
 
 

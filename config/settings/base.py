@@ -167,10 +167,18 @@ INFRAI_TOPUP_MAX_USD = env.int("INFRAI_TOPUP_MAX_USD", default=1000)
 INFRAI_VENDOR_CONNECT_TIMEOUT_S = env.float("INFRAI_VENDOR_CONNECT_TIMEOUT_S", default=5.0)
 # Longest silence accepted from a vendor (before the answer, or between two streamed chunks).
 INFRAI_VENDOR_READ_TIMEOUT_S = env.float("INFRAI_VENDOR_READ_TIMEOUT_S", default=120.0)
-# max_tokens the platform applies (and holds money for) when a chat request sets none.
+# The output cap assumed for a chat request without max_tokens to a model whose catalog entry
+# states no output limit (the hold then covers this many tokens per choice).
 INFRAI_DEFAULT_MAX_TOKENS = env.int("INFRAI_DEFAULT_MAX_TOKENS", default=4096)
-# How long a hold lives before the sweeper may release it (a process that died).
+# How long a hold lives before the sweeper may release it. The process relaying a call renews
+# its hold every third of this, so only holds of dead processes expire.
 INFRAI_HOLD_TTL_S = env.int("INFRAI_HOLD_TTL_S", default=900)
+# The longest a stream may run; it then ends with an error event, billed for what it delivered
+# (plus at most one vendor read timeout of silence before the check).
+INFRAI_MAX_STREAM_S = env.float("INFRAI_MAX_STREAM_S", default=1800.0)
+# On SIGTERM (python -m config.server): how long calls in flight may finish before they are
+# ended with an error event and billed for what they delivered.
+INFRAI_DRAIN_S = env.float("INFRAI_DRAIN_S", default=20.0)
 # Prefix of every key infrai keeps in the cache/Redis.
 INFRAI_CACHE_PREFIX = env("INFRAI_CACHE_PREFIX", default="infrai")
 

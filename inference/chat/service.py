@@ -1,28 +1,37 @@
 """``POST /v1/chat/completions``: validate → limit → (cache) → route → hold → call → settle.
 
-Streams are relayed chunk by chunk as the vendor sends them; the relay's ``finally`` settles
-for what was delivered on every exit (normal end, vendor failure after the first byte, client
-disconnect), and the consumer calls ``on_close`` even when the relay never started.
+Streams are relayed chunk by chunk as the vendor sends them through the one metered relay
+(:mod:`inference.relay`), which settles for what was delivered on every exit. The chunk
+stream has OpenAI's shape: the same ``id``, ``created`` and ``model`` on every chunk, the
+``infrai`` object on the chunk that carries the last ``finish_reason`` (held back until the
+vendor's stream ends, so its cost is final), and an empty-``choices`` chunk only when
+``stream_options.include_usage`` asked for usage (it carries ``infrai`` too).
+
+When the caller gives no ``max_tokens`` none is sent: the model may use its whole output
+limit, and the hold is sized per candidate from the model's own output limit and context
+window, never a fixed 4096.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from django.conf import settings
 
-from billing.pricing import Usage
-from catalog.routing import RoutingRequest
-from inference import response_cache, tokens
+from billing.pricing import Usage, cost_nanos
+from catalog.routing import Candidate, RoutingRequest
+from config.errors import InsufficientQuota
+from inference import relay, response_cache, tokens
 from inference.chat.validation import ChatRequest, parse_chat_request
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
 from inference.models import RequestStatus
 from inference.pipeline import Call, spawn
+from inference.usage import INVALID_USAGE_NOTE, InvalidUsage, chat_usage, openai_chat_usage
 from inference.vendors import sse
 from inference.vendors.base import JSON
-from inference.vendors.errors import VendorError, VendorUnavailable
+from inference.vendors.errors import VendorUnavailable
 
 ENDPOINT = "chat.completions"
 
@@ -32,31 +41,17 @@ def _completion_id(call: Call) -> str:
 
 
 def usage_from(body: JSON) -> Usage | None:
-    """The usage a chat completion (or chunk) reports, if any."""
-    usage = body.get("usage")
-    if not isinstance(usage, dict) or usage.get("prompt_tokens") is None:
+    """The usage a chat completion (or chunk) reports; ``None`` when absent or untrue."""
+    try:
+        return chat_usage(body)
+    except InvalidUsage:
         return None
-    details = usage.get("prompt_tokens_details") or {}
-    return Usage(
-        input_tokens=int(usage.get("prompt_tokens") or 0),
-        cached_input_tokens=int(details.get("cached_tokens") or 0),
-        output_tokens=int(usage.get("completion_tokens") or 0),
-    )
-
-
-def _openai_usage(usage: Usage) -> JSON:
-    return {
-        "prompt_tokens": usage.input_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.input_tokens + usage.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_input_tokens},
-    }
 
 
 def _message_text(message: JSON) -> str:
     parts = [str(message.get("content") or "")]
     for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
+        function = call.get("function") or {} if isinstance(call, dict) else {}
         parts.append(str(function.get("name") or "") + str(function.get("arguments") or ""))
     return "".join(parts)
 
@@ -69,9 +64,23 @@ def estimate_usage(chat: ChatRequest, completion_text: str) -> Usage:
     )
 
 
-def routing_request(chat: ChatRequest, cap: int) -> RoutingRequest:
-    """What routing needs of a chat request whose output is capped at ``cap`` tokens; the
-    expected usage (for cost ranking) assumes at most 512 output tokens per choice."""
+def output_cap(chat: ChatRequest, candidate: Candidate | None = None) -> int:
+    """The most output tokens one choice may produce: the caller's ``max_tokens``, else the
+    model's own output limit (and what its context window leaves after the prompt)."""
+    if chat.max_output_tokens is not None:
+        return int(chat.max_output_tokens)
+    if candidate is None:
+        return int(settings.INFRAI_DEFAULT_MAX_TOKENS)
+    limit = int(getattr(candidate, "max_output_tokens", 0) or settings.INFRAI_DEFAULT_MAX_TOKENS)
+    context = int(getattr(candidate, "context_window", 0) or 0)
+    if context:
+        limit = min(limit, max(context - chat.prompt_tokens_likely, 1))
+    return limit
+
+
+def routing_request(chat: ChatRequest) -> RoutingRequest:
+    """What routing needs of a chat request; the expected usage (for cost ranking) assumes at
+    most 512 output tokens per choice."""
     return RoutingRequest(
         model=chat.model,
         capabilities=chat.capabilities,
@@ -79,13 +88,17 @@ def routing_request(chat: ChatRequest, cap: int) -> RoutingRequest:
         task=chat.task,
         prefer=chat.prefer,
         expected_usage=Usage(
-            input_tokens=chat.prompt_tokens_likely, output_tokens=min(cap, 512) * chat.n
+            input_tokens=chat.prompt_tokens_likely,
+            output_tokens=min(output_cap(chat), 512) * chat.n,
         ),
     )
 
 
-def _worst_case(chat: ChatRequest, cap: int) -> Usage:
-    return Usage(input_tokens=chat.prompt_tokens_upper, output_tokens=cap * chat.n)
+def worst_case(chat: ChatRequest, candidate: Candidate) -> Usage:
+    """The most a call to ``candidate`` can consume (the hold)."""
+    return Usage(
+        input_tokens=chat.prompt_tokens_upper, output_tokens=output_cap(chat, candidate) * chat.n
+    )
 
 
 async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
@@ -93,11 +106,8 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
     chat = parse_chat_request(request.json())
     call = Call(request=request, endpoint=ENDPOINT, requested_model=chat.model, stream=chat.stream)
     call.prompt = str(chat.payload["messages"])[:20000]
-    cap = chat.max_output_tokens or settings.INFRAI_DEFAULT_MAX_TOKENS
     payload = dict(chat.payload)
-    if chat.max_output_tokens is None:
-        payload["max_tokens"] = cap
-    await call.limit(tokens=chat.prompt_tokens_likely + cap * chat.n)
+    await call.limit(tokens=chat.prompt_tokens_likely + output_cap(chat) * chat.n)
 
     key = None
     if chat.cache_allowed and chat.deterministic:
@@ -111,28 +121,71 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
         if hit is not None:
             return await _answer_from_cache(call, chat, hit)
 
-    await call.route(routing_request(chat, cap))
-    await call.hold(worst_case=lambda _candidate: _worst_case(chat, cap))
+    decision = await call.route(routing_request(chat))
+    try:
+        await call.hold(worst_case=lambda candidate: worst_case(chat, candidate))
+    except InsufficientQuota as exc:
+        raise with_max_tokens_hint(exc, chat, decision.candidates) from None
     async with call.closed_on_failure():
         if chat.stream:
             return await _open_stream(call, chat, payload)
         body = await call.call(lambda adapter, target, _c: adapter.chat(target, payload))
-    usage = usage_from(body)
-    estimated = usage is None
-    if usage is None:
-        text = "".join(_message_text(c.get("message") or {}) for c in body.get("choices", []))
-        usage = estimate_usage(chat, text)
-    call.charge(usage, estimated=estimated)
-    body["id"] = _completion_id(call)
-    body["object"] = "chat.completion"
-    body["model"] = call.served()["model"]
-    body["usage"] = _openai_usage(usage)
-    await call.finish(status=RequestStatus.OK, http_status=200)
+        usage, estimated, note = _completion_usage(chat, body)
+        call.charge(usage, estimated=estimated)
+        body["id"] = _completion_id(call)
+        body["object"] = "chat.completion"
+        body["model"] = call.served()["model"]
+        body["usage"] = openai_chat_usage(usage)
+    await call.finish(status=RequestStatus.OK, http_status=200, error_code=note)
     if key is not None and not estimated:
         entry = {"body": {k: v for k, v in body.items() if k != "infrai"}, **call.served()}
         spawn(response_cache.store(key, entry))
     body["infrai"] = call.infrai()
     return json_response(body, headers=call.headers())
+
+
+def with_max_tokens_hint(
+    exc: InsufficientQuota, chat: ChatRequest, candidates: Sequence[Candidate]
+) -> InsufficientQuota:
+    """``exc`` (a 402 for the wallet) saying which ``max_tokens`` would fit what is available,
+    or that lowering it would not be enough. Other 402s are returned as they are."""
+    available = getattr(exc, "available_nanos", None)
+    if exc.code != "insufficient_quota" or available is None or not candidates:
+        return exc
+    fits: list[int] = []
+    for candidate in candidates:
+        prompt = cost_nanos(
+            price=candidate.price, usage=Usage(input_tokens=chat.prompt_tokens_upper)
+        )
+        per_million = cost_nanos(price=candidate.price, usage=Usage(output_tokens=1_000_000))
+        room = available - prompt
+        fits.append(room * 1_000_000 // (per_million * chat.n) if room > 0 and per_million else 0)
+    fit = min(fits)
+    hint = (
+        f" A max_tokens of at most {fit} would fit your available balance."
+        if fit >= 1
+        else " Lowering max_tokens would not be enough: the prompt alone needs more."
+    )
+    return InsufficientQuota(
+        exc.message + hint, code=exc.code, headers=exc.headers(), available_nanos=available
+    )
+
+
+def _completion_usage(chat: ChatRequest, body: JSON) -> tuple[Usage, bool, str]:
+    """``(usage, estimated, note)`` of a whole completion: the vendor's usage when it is
+    true, else our estimate of the answer (noted ``vendor_usage_invalid`` when it lied)."""
+    note = ""
+    try:
+        usage = chat_usage(body)
+    except InvalidUsage:
+        usage, note = None, INVALID_USAGE_NOTE
+    if usage is not None:
+        return usage, False, note
+    choices = body.get("choices") if isinstance(body.get("choices"), list) else []
+    text = "".join(
+        _message_text(c.get("message") or {}) for c in choices or [] if isinstance(c, dict)
+    )
+    return estimate_usage(chat, text), True, note
 
 
 async def _answer_from_cache(
@@ -153,41 +206,32 @@ async def _answer_from_cache(
 
 
 async def _replay(call: Call, chat: ChatRequest, body: JSON) -> AsyncIterator[bytes]:
+    """A cached completion as the chunks a live stream would have sent (same shape)."""
     base = {
         "id": body["id"],
         "object": "chat.completion.chunk",
         "created": body.get("created", int(time.time())),
         "model": body["model"],
     }
-    for choice in body.get("choices", []):
+    choices = body.get("choices", [])
+    for position, choice in enumerate(choices):
         message = choice.get("message") or {}
         delta: JSON = {"role": "assistant", "content": message.get("content")}
         if message.get("tool_calls"):
             delta["tool_calls"] = [{**tc, "index": i} for i, tc in enumerate(message["tool_calls"])]
+        index = choice.get("index", 0)
         yield sse.encode(
-            {
-                **base,
-                "choices": [
-                    {"index": choice.get("index", 0), "delta": delta, "finish_reason": None}
-                ],
-            }
+            {**base, "choices": [{"index": index, "delta": delta, "finish_reason": None}]}
         )
-        yield sse.encode(
-            {
-                **base,
-                "choices": [
-                    {
-                        "index": choice.get("index", 0),
-                        "delta": {},
-                        "finish_reason": choice.get("finish_reason"),
-                    }
-                ],
-            }
-        )
-    final: JSON = {**base, "choices": [], "infrai": call.infrai()}
+        finish = {"index": index, "delta": {}, "finish_reason": choice.get("finish_reason")}
+        last: JSON = {**base, "choices": [finish]}
+        if position == len(choices) - 1:
+            last["infrai"] = call.infrai()
+        yield sse.encode(last)
     if chat.include_usage:
-        final["usage"] = body.get("usage")
-    yield sse.encode(final)
+        yield sse.encode(
+            {**base, "choices": [], "usage": body.get("usage"), "infrai": call.infrai()}
+        )
     yield sse.DONE
 
 
@@ -220,106 +264,107 @@ async def open_upstream_stream(
     return await call.call(first_chunk)
 
 
-async def upstream_chunks(
-    call: Call, first: JSON, upstream: AsyncGenerator[JSON, None], failed: list[VendorError]
-) -> AsyncIterator[JSON]:
-    """``first`` then the vendor's chunks. A vendor failure ends the iteration: it is appended
-    to ``failed`` and the circuit breaker hears of it (the response has started: no failover)."""
-    yield first
-    while True:
+class ChatMeter:
+    """The chat stream's :class:`~inference.relay.Meter` (see the module docstring)."""
+
+    def __init__(self, call: Call, chat: ChatRequest) -> None:
+        self.call, self.chat = call, chat
+        self.base: JSON = {
+            "id": _completion_id(call),
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": call.served()["model"],
+        }
+        self.delivered: list[str] = []
+        self.vendor_usage: Usage | None = None
+        self.usage_invalid = False
+        self.finished_choices: set[int] = set()
+        self.pending: JSON | None = None  # the latest chunk with a finish_reason, held back
+
+    def start(self) -> Iterable[bytes]:
+        return ()
+
+    def feed(self, item: Any) -> Iterable[bytes]:
+        if not isinstance(item, dict):
+            raise relay.MalformedChunk(f"a chunk that is a JSON {type(item).__name__}")
+        if "error" in item:
+            raise relay.MalformedChunk("an error chunk")
         try:
-            chunk = await upstream.__anext__()
-        except StopAsyncIteration:
-            return
-        except VendorError as exc:
-            failed.append(exc)
-            call.vendor_failed_midway()
-            return
-        yield chunk
+            usage = chat_usage(item)
+        except InvalidUsage:
+            usage, self.usage_invalid = None, True
+        if usage is not None:
+            self.vendor_usage = usage
+        choices = item.get("choices")
+        if not choices:
+            return ()
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise relay.MalformedChunk("chunk choices that are not a list of objects")
+        out: list[bytes] = []
+        if self.pending is not None:
+            out.append(sse.encode(self.pending))
+            self.pending = None
+        chunk: JSON = {**item, **self.base}
+        chunk.pop("usage", None)
+        text = ""
+        finished = False
+        for choice in choices:
+            text += _message_text(choice.get("delta") or {})
+            if choice.get("finish_reason") is not None:
+                finished = True
+                self.finished_choices.add(int(choice.get("index") or 0))
+        self.delivered.append(text)
+        if finished:
+            self.pending = chunk
+        else:
+            out.append(sse.encode(chunk))
+        return out
+
+    def complete(self) -> bool:
+        return len(self.finished_choices) >= self.chat.n
+
+    def usage(self, outcome: relay.Outcome) -> tuple[Usage, bool, str]:
+        note = INVALID_USAGE_NOTE if self.usage_invalid else ""
+        whole = outcome is relay.Outcome.COMPLETE or self.complete()
+        if whole and self.vendor_usage is not None and not self.usage_invalid:
+            return self.vendor_usage, False, note
+        return estimate_usage(self.chat, "".join(self.delivered)), True, note
+
+    def tail(self, call: Call, fault: relay.Fault | None) -> Iterable[bytes]:
+        infrai = call.infrai()
+        out: list[bytes] = []
+        if self.pending is not None:
+            self.pending["infrai"] = infrai
+            out.append(sse.encode(self.pending))
+            self.pending = None
+        elif fault is None and not self.chat.include_usage:
+            # A vendor that never sent a finish_reason: the infrai object still arrives.
+            out.append(sse.encode({**self.base, "choices": [], "infrai": infrai}))
+        if self.chat.include_usage:
+            usage_chunk = {**self.base, "choices": [], "usage": openai_chat_usage(call.usage)}
+            out.append(sse.encode({**usage_chunk, "infrai": infrai}))
+        if fault is not None:
+            # The SDKs raise on this event and keep only ``error``: it carries ``infrai``.
+            error = {"message": fault.message, "type": "api_error", "code": fault.code}
+            out.append(sse.encode({"error": {**error, "param": None, "infrai": infrai}}))
+        out.append(sse.DONE)
+        return out
 
 
 async def _open_stream(call: Call, chat: ChatRequest, payload: JSON) -> StreamingResponse:
     """Open the upstream stream, then hand the relay to the consumer."""
     upstream, first = await open_upstream_stream(call, payload)
     call.ttft_ms = (time.perf_counter_ns() - call.request.started_ns) // 1_000_000
-    relay = _relay(call, chat, upstream, first)
+    meter = ChatMeter(call, chat)
+    chunks = relay.relay(call, relay.prepend(first, upstream), meter, upstream.aclose)
 
-    async def on_close() -> None:
+    async def on_close() -> None:  # the response ended before the relay started
         await upstream.aclose()
         if not call.finished:
-            call.charge(
-                Usage(input_tokens=tokens.count_messages(chat.payload["messages"])), estimated=True
-            )
+            call.charge(meter.usage(relay.Outcome.CANCELLED)[0], estimated=True)
             await call.finish(status=RequestStatus.CANCELLED, http_status=499)
 
-    return StreamingResponse(relay, headers=_stream_headers(call, final=False), on_close=on_close)
-
-
-async def _relay(
-    call: Call, chat: ChatRequest, upstream: AsyncGenerator[JSON, None], first: JSON
-) -> AsyncIterator[bytes]:
-    completion_id = _completion_id(call)
-    model = call.served()["model"]
-    delivered: list[str] = []
-    vendor_usage: Usage | None = None
-    error: VendorError | None = None
-    status, error_code = RequestStatus.CANCELLED, "client_disconnected"
-    call.streaming(lambda: estimate_usage(chat, "".join(delivered)))
-    failed: list[VendorError] = []
-    try:
-        async for chunk in upstream_chunks(call, first, upstream, failed):
-            usage = usage_from(chunk)
-            if usage is not None:
-                vendor_usage = usage
-            if not chunk.get("choices"):
-                continue
-            chunk.pop("usage", None)
-            chunk["id"], chunk["model"] = completion_id, model
-            yield sse.encode(chunk)
-            delivered.append("".join(_message_text(c.get("delta") or {}) for c in chunk["choices"]))
-        error = failed[0] if failed else None
-        if error is None and vendor_usage is not None:
-            call.charge(vendor_usage)
-        else:
-            call.charge(estimate_usage(chat, "".join(delivered)), estimated=True)
-        if error is not None:
-            status, error_code = RequestStatus.VENDOR_ERROR, "vendor_stream_interrupted"
-        else:
-            status, error_code = RequestStatus.OK, ""
-        # Settle before the last chunk: a client that reads [DONE] sees its ledger entry.
-        await upstream.aclose()
-        await call.finish(status=status, http_status=200, error_code=error_code)
-        final: JSON = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [],
-            "infrai": call.infrai(),
-        }
-        if chat.include_usage:
-            final["usage"] = _openai_usage(call.usage)
-        yield sse.encode(final)
-        if error is not None:
-            yield sse.encode(
-                {
-                    "error": {
-                        "message": "The vendor's stream broke after the response started "
-                        f"({error.kind}); you were billed for what was delivered.",
-                        "type": "api_error",
-                        "code": "vendor_stream_interrupted",
-                        "param": None,
-                    }
-                }
-            )
-        else:
-            yield sse.DONE
-    finally:
-        await upstream.aclose()  # cancels the upstream request if it is still running
-        if not call.finished:
-            if status is RequestStatus.CANCELLED:
-                call.charge(estimate_usage(chat, "".join(delivered)), estimated=True)
-            await call.finish(status=status, http_status=200, error_code=error_code)
+    return StreamingResponse(chunks, headers=_stream_headers(call, final=False), on_close=on_close)
 
 
 route("/v1/chat/completions", methods={"POST": chat_completions})

@@ -12,17 +12,18 @@ success. Responses are not stored (``store`` is accepted and reported false).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-
-from django.conf import settings
+from collections.abc import Iterable
+from typing import Any
 
 from billing.pricing import Usage
+from inference import relay
 from inference.chat.service import (
     estimate_usage,
     open_upstream_stream,
+    output_cap,
     routing_request,
-    upstream_chunks,
     usage_from,
+    worst_case,
 )
 from inference.chat.validation import ChatRequest
 from inference.endpoints import metered
@@ -36,8 +37,8 @@ from inference.responses.translate import (
     parse_responses_request,
     response_object,
 )
+from inference.usage import INVALID_USAGE_NOTE, InvalidUsage, chat_usage
 from inference.vendors.base import JSON
-from inference.vendors.errors import VendorError
 
 ENDPOINT = "responses"
 
@@ -64,12 +65,10 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
     chat = parsed.chat
     call = Call(request=request, endpoint=ENDPOINT, requested_model=chat.model, stream=chat.stream)
     call.prompt = str(chat.payload["messages"])[:20000]
-    cap = chat.max_output_tokens or settings.INFRAI_DEFAULT_MAX_TOKENS
-    payload = {**chat.payload, "max_tokens": cap}
-    await call.limit(tokens=chat.prompt_tokens_likely + cap)
-    await call.route(routing_request(chat, cap))
-    worst = Usage(input_tokens=chat.prompt_tokens_upper, output_tokens=cap)
-    await call.hold(worst_case=lambda _candidate: worst)
+    payload = {k: v for k, v in chat.payload.items() if k != "max_tokens" or v is not None}
+    await call.limit(tokens=chat.prompt_tokens_likely + output_cap(chat))
+    await call.route(routing_request(chat))
+    await call.hold(worst_case=lambda candidate: worst_case(chat, candidate))
     if chat.stream:
         return await _open_stream(call, parsed, payload)
     body = await metered.call_and_settle(
@@ -100,63 +99,61 @@ async def _open_stream(call: Call, parsed: ResponsesRequest, payload: JSON) -> S
     translator = StreamTranslator(
         response_id=_response_id(call), model=call.served()["model"], echo=parsed.echo
     )
+    meter = ResponsesMeter(parsed.chat, translator)
 
-    async def on_close() -> None:
+    async def on_close() -> None:  # the response ended before the relay started
         await upstream.aclose()
         if not call.finished:
-            call.charge(estimate_usage(parsed.chat, translator.text), estimated=True)
+            call.charge(meter.usage(relay.Outcome.CANCELLED)[0], estimated=True)
             await call.finish(status=RequestStatus.CANCELLED, http_status=499)
 
     headers = {**call.headers(final=False), "cache-control": "no-cache", "x-accel-buffering": "no"}
-    return StreamingResponse(
-        _relay(call, parsed.chat, translator, upstream, first), headers=headers, on_close=on_close
-    )
+    chunks = relay.relay(call, relay.prepend(first, upstream), meter, upstream.aclose)
+    return StreamingResponse(chunks, headers=headers, on_close=on_close)
 
 
-async def _relay(
-    call: Call,
-    chat: ChatRequest,
-    translator: StreamTranslator,
-    upstream: AsyncGenerator[JSON, None],
-    first: JSON,
-) -> AsyncIterator[bytes]:
-    vendor_usage: Usage | None = None
-    error: VendorError | None = None
-    status, error_code = RequestStatus.CANCELLED, "client_disconnected"
-    call.streaming(lambda: estimate_usage(chat, translator.text))
-    try:
-        for event in translator.start():
-            yield event
-        failed: list[VendorError] = []
-        async for chunk in upstream_chunks(call, first, upstream, failed):
-            vendor_usage = usage_from(chunk) or vendor_usage
-            for event in translator.feed(chunk):
-                yield event
-        error = failed[0] if failed else None
-        if error is None and vendor_usage is not None:
-            call.charge(vendor_usage)
-        else:
-            call.charge(estimate_usage(chat, translator.text), estimated=True)
-        status = RequestStatus.OK if error is None else RequestStatus.VENDOR_ERROR
-        error_code = "" if error is None else "vendor_stream_interrupted"
-        # Settle before the last event: a client that reads it sees its ledger entry.
-        await upstream.aclose()
-        await call.finish(status=status, http_status=200, error_code=error_code)
-        if error is None:
-            final = translator.completed(call.usage, call.infrai())
-        else:
-            message = (
-                f"The vendor's stream broke after the response started ({error.kind}); you "
-                "were billed for what was delivered."
-            )
-            final = translator.failed(call.usage, call.infrai(), message)
-        for event in final:
-            yield event
-    finally:
-        await upstream.aclose()  # cancels the upstream request if it is still running
-        if not call.finished:
-            call.charge(estimate_usage(chat, translator.text), estimated=True)
-            await call.finish(status=status, http_status=200, error_code=error_code)
+class ResponsesMeter:
+    """The Responses stream's :class:`~inference.relay.Meter`: chat chunks in, Responses
+    events out; a stream that ends early ends with ``response.failed``."""
+
+    def __init__(self, chat: ChatRequest, translator: StreamTranslator) -> None:
+        self.chat, self.translator = chat, translator
+        self.vendor_usage: Usage | None = None
+        self.usage_invalid = False
+
+    def start(self) -> Iterable[bytes]:
+        return self.translator.start()
+
+    def feed(self, item: Any) -> Iterable[bytes]:
+        if not isinstance(item, dict):
+            raise relay.MalformedChunk(f"a chunk that is a JSON {type(item).__name__}")
+        if "error" in item:
+            raise relay.MalformedChunk("an error chunk")
+        choices = item.get("choices")
+        if choices is not None and (
+            not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices)
+        ):
+            raise relay.MalformedChunk("chunk choices that are not a list of objects")
+        try:
+            self.vendor_usage = chat_usage(item) or self.vendor_usage
+        except InvalidUsage:
+            self.usage_invalid = True
+        return self.translator.feed(item)
+
+    def complete(self) -> bool:
+        return self.translator.finish_reason is not None
+
+    def usage(self, outcome: relay.Outcome) -> tuple[Usage, bool, str]:
+        note = INVALID_USAGE_NOTE if self.usage_invalid else ""
+        whole = outcome is relay.Outcome.COMPLETE or self.complete()
+        if whole and self.vendor_usage is not None and not self.usage_invalid:
+            return self.vendor_usage, False, note
+        return estimate_usage(self.chat, self.translator.text), True, note
+
+    def tail(self, call: Call, fault: relay.Fault | None) -> Iterable[bytes]:
+        if fault is None:
+            return self.translator.completed(call.usage, call.infrai())
+        return self.translator.failed(call.usage, call.infrai(), fault.message)
 
 
 route("/v1/responses", methods={"POST": responses})

@@ -32,4 +32,6 @@ async def events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
 
 def encode(obj: dict[str, Any]) -> bytes:
     """One ``data:`` event carrying ``obj`` as compact JSON."""
-    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    # "replace": a vendor string that is not valid Unicode (a lone surrogate) never breaks it.
+    return b"data: " + text.encode("utf-8", "replace") + b"\n\n"

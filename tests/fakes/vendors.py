@@ -3,8 +3,9 @@
 A :class:`FakeVendor` runs an aiohttp server in its own thread. Tests steer it through
 attributes: ``fail_statuses`` (statuses to answer before behaving), ``stall_s`` (sleep before
 answering), ``cut_after`` (drop the connection after N streamed chunks), ``omit_usage``,
-``chunk_delay_s`` and ``images_b64_only`` (answer images as ``b64_json`` whatever was asked, like
-vendors without image URLs). Every request body it received is kept in ``requests``.
+``chunk_delay_s``, ``images_b64_only`` (answer images as ``b64_json`` whatever was asked, like
+vendors without image URLs) and ``fault`` (a vendor misbehaving on chat: one of
+:data:`FAULTS`). Every request body it received is kept in ``requests``.
 
 Answers are deterministic: the reply to a user message is ``"Echo: <text>"`` split into one
 chunk per word; usage counts one token per word of the prompt and of the reply. Embeddings are
@@ -32,6 +33,20 @@ from aiohttp import web
 from tests.live import free_port
 
 SPEECH_CHUNKS = 8
+# What ``FakeVendor.fault`` can make a chat answer do. ``usage_*`` corrupt the usage (a stream
+# then reports usage even without ``include_usage``); the stream faults strike after the role
+# chunk and two content chunks.
+FAULTS = (
+    "usage_negative",  # completion_tokens = -5
+    "usage_garbage",  # prompt_tokens = "many"
+    "usage_cached_over",  # cached_tokens > prompt_tokens
+    "usage_huge",  # completion_tokens = 10**30
+    "error_string_chunk",  # data: {"error": "text"}
+    "array_chunk",  # data: [1, 2]
+    "not_json_chunk",  # data: {broken
+    "no_done",  # the whole answer and its usage, but no [DONE]
+    "hang",  # stops sending (holds the connection open for hang_s)
+)
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
@@ -93,6 +108,8 @@ class FakeVendor:
     omit_usage: bool = False
     chunk_delay_s: float = 0.0
     images_b64_only: bool = False
+    fault: str = ""
+    hang_s: float = 30.0
     requests: list[dict[str, Any]] = field(default_factory=list)
     stream_closed: threading.Event = field(default_factory=threading.Event)
     chunks_sent: int = 0
@@ -113,6 +130,8 @@ class FakeVendor:
         self.omit_usage = False
         self.chunk_delay_s = 0.0
         self.images_b64_only = False
+        self.fault = ""
+        self.hang_s = 30.0
         self.requests = []
         self.chunks_sent = 0
         self.stream_closed.clear()
@@ -186,6 +205,7 @@ class FakeVendor:
             "completion_tokens": len(words) + len(calls or []),
             "total_tokens": prompt_tokens + len(words) + len(calls or []),
         }
+        self._corrupt(usage)
         n = int(body.get("n") or 1)
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": text or None}
@@ -214,12 +234,24 @@ class FakeVendor:
                 ],
                 "system_fingerprint": "fp_fake",
             }
-            if not self.omit_usage:
+            if not self.omit_usage and self.fault.startswith("usage_"):
+                out["usage"] = usage
+            elif not self.omit_usage:
                 usage["completion_tokens"] *= n
                 usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
                 out["usage"] = usage
             return web.json_response(out)
         return await self._stream_openai(request, body, words, calls, usage)
+
+    def _corrupt(self, usage: dict[str, Any]) -> None:
+        if self.fault == "usage_negative":
+            usage["completion_tokens"] = -5
+        elif self.fault == "usage_garbage":
+            usage["prompt_tokens"] = "many"
+        elif self.fault == "usage_cached_over":
+            usage["prompt_tokens_details"] = {"cached_tokens": usage["prompt_tokens"] + 100}
+        elif self.fault == "usage_huge":
+            usage["completion_tokens"] = 10**30
 
     async def embeddings(self, request: web.Request) -> web.Response:
         body, failure = await self._gate(request)
@@ -298,7 +330,8 @@ class FakeVendor:
                 )
         pieces.append(chunk({}, "tool_calls" if calls else "stop"))
         include_usage = (body.get("stream_options") or {}).get("include_usage")
-        if include_usage and not self.omit_usage:
+        forced = self.fault.startswith("usage_") or self.fault == "no_done"
+        if (include_usage or forced) and not self.omit_usage:
             obj = {
                 "id": "chatcmpl-fake",
                 "object": "chat.completion.chunk",
@@ -308,13 +341,23 @@ class FakeVendor:
                 "usage": usage,
             }
             pieces.append(b"data: " + json.dumps(obj).encode() + b"\n\n")
-        pieces.append(b"data: [DONE]\n\n")
+        if self.fault != "no_done":
+            pieces.append(b"data: [DONE]\n\n")
+        bad = {
+            "error_string_chunk": b'data: {"error": "text"}\n\n',
+            "array_chunk": b"data: [1, 2]\n\n",
+            "not_json_chunk": b"data: {broken\n\n",
+        }.get(self.fault)
         self.chunks_sent = 0
         try:
             for i, piece in enumerate(pieces):
                 if self.cut_after is not None and i >= self.cut_after:
                     request.transport.close()  # type: ignore[union-attr]
                     return response
+                if i == 3 and bad is not None:
+                    await response.write(bad)
+                if i == 3 and self.fault == "hang":
+                    await asyncio.sleep(self.hang_s)
                 await response.write(piece)
                 self.chunks_sent += 1
                 if self.chunk_delay_s:

@@ -46,9 +46,9 @@ def test_plain_completion_is_served_priced_and_billed(issue_key, client_for, fak
     assert raw.headers["x-infrai-vendor"] == "primary"
     assert raw.headers["x-infrai-request-id"] == infrai["request_id"]
     assert raw.headers["x-infrai-cost-usd"] == f"{expected / 1e9:.9f}".rstrip("0").rstrip(".")
-    # the vendor got its own model name and a max_tokens cap
+    # the vendor got its own model name, and no max_tokens the caller did not ask for
     sent = fake_catalog["primary"].requests[-1]
-    assert sent["model"] == "up-large" and sent["max_tokens"] > 0
+    assert sent["model"] == "up-large" and "max_tokens" not in sent
     log = RequestLog.objects.get(request_id=infrai["request_id"])
     assert (log.input_tokens, log.output_tokens, log.cost_nanos) == (2, 3, expected)
     entry = LedgerEntry.objects.get(request_id=infrai["request_id"])

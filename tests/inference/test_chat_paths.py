@@ -82,9 +82,10 @@ def test_failure_after_first_byte_ends_with_an_error_and_bills_what_was_delivere
     assert "billed for what was delivered" in str(info.value)
     delivered = "".join(c.choices[0].delta.content or "" for c in received if c.choices)
     assert delivered == "Echo: alpha"
-    final = received[-1]
-    assert final.infrai["usage_estimated"] is True
-    log = RequestLog.objects.get(request_id=final.infrai["request_id"])
+    assert all(c.choices for c in received)  # no empty-choices chunk without include_usage
+    infrai = info.value.body["infrai"]  # the error event carries the call's infrai object
+    assert infrai["usage_estimated"] is True
+    log = RequestLog.objects.get(request_id=infrai["request_id"])
     assert log.output_tokens == tokens.count_text(delivered)
     assert log.error_code == "vendor_stream_interrupted"
     assert LedgerEntry.objects.get(request_id=log.request_id).amount_nanos == -log.cost_nanos

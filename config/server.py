@@ -1,0 +1,67 @@
+"""The production web process: uvicorn serving :mod:`config.asgi`, draining calls on SIGTERM.
+
+``python -m config.server --host 127.0.0.1 --port 8000``
+
+Why uvicorn (see ``docs/security.md``): it hands the request body to the app as it arrives, so
+the app refuses an oversized body on its declared length and counts bytes of a chunked one;
+daphne (through Twisted) buffers and parses the whole body before the app runs.
+
+Shutdown (SIGTERM or Ctrl-C): the listening sockets close first; then
+:func:`inference.pipeline.drain` lets the calls in flight finish for ``INFRAI_DRAIN_S``
+seconds, ends the rest (a stream gets an error event and ``[DONE]``, a non-streamed call a 503)
+and bills what each delivered; only then does uvicorn close connections and stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+
+import uvicorn
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server with the platform's drain between "stop accepting" and "close"."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        from django.conf import settings
+
+        from inference.pipeline import drain
+
+        for server in self.servers:
+            server.close()
+        if not self.force_exit:
+            await drain(grace_s=float(settings.INFRAI_DRAIN_S))
+        await super().shutdown(sockets=sockets)
+
+
+def build(host: str, port: int, *, log_level: str = "warning") -> DrainingServer:
+    """The configured server (the app is imported here, after ``DJANGO_SETTINGS_MODULE``)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    from config.asgi import application
+
+    config = uvicorn.Config(
+        application,
+        host=host,
+        port=port,
+        log_level=log_level,
+        lifespan="off",
+        proxy_headers=True,
+        server_header=False,
+        timeout_graceful_shutdown=5,
+    )
+    return DrainingServer(config)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+    build(args.host, args.port, log_level=args.log_level).run()
+
+
+if __name__ == "__main__":
+    main()
