@@ -86,11 +86,24 @@ def _redis_url() -> str:
     return str(getattr(settings, "REDIS_URL", "") or "")
 
 
+# Connections one process keeps to Redis, and how long a call waits for a free one when a
+# burst holds them all (redis-py's default pool raises at once instead: a 500 the SDKs retry).
+POOL_MAX_CONNECTIONS = 256
+POOL_WAIT_S = 5.0
+
+
 def _aclient() -> aioredis.Redis:
+    """This event loop's client, over a pool that waits (bounded) for a free connection."""
     loop = asyncio.get_running_loop()
     client = _async_clients.get(loop)
     if client is None:
-        client = aioredis.Redis.from_url(_redis_url(), decode_responses=True)
+        pool = aioredis.BlockingConnectionPool.from_url(
+            _redis_url(),
+            decode_responses=True,
+            max_connections=POOL_MAX_CONNECTIONS,
+            timeout=POOL_WAIT_S,
+        )
+        client = aioredis.Redis(connection_pool=pool)
         _async_clients[loop] = client
     return client
 
