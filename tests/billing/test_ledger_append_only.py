@@ -94,3 +94,46 @@ def test_truncate_is_refused_to_a_role_that_does_not_own_the_ledger(entry):
     assert LedgerEntry.objects.filter(pk=entry.pk).exists()
     with connection.cursor() as cur:
         cur.execute("SET CONSTRAINTS ALL DEFERRED")
+
+
+def test_the_documented_app_role_grants_append_and_reference_nulling_only(entry):
+    """docs/billing.md's GRANTs, applied to a fresh non-superuser role, do what they say."""
+    postgres_only("roles and GRANTs")
+    role = f"infrai_test_app_{secrets.token_hex(4)}"  # rolled back with the test transaction
+    with connection.cursor() as cur:
+        cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cur.execute(f"CREATE ROLE {role} NOLOGIN NOSUPERUSER")
+        cur.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
+        )
+        cur.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}")
+        cur.execute(f"REVOKE UPDATE, DELETE, TRUNCATE ON billing_ledgerentry FROM {role}")
+        cur.execute(
+            f"GRANT UPDATE (project_id, api_key_id, created_by_id) ON billing_ledgerentry TO {role}"
+        )
+
+        def as_app(sql: str, params: list[object] | None = None) -> None:
+            with transaction.atomic():
+                cur.execute(f"SET LOCAL ROLE {role}")
+                cur.execute(sql, params)
+
+        as_app(
+            "INSERT INTO billing_ledgerentry (wallet_id, kind, amount_nanos, balance_after_nanos,"
+            " idempotency_key, request_id, external_ref, description, created_at)"
+            " VALUES (%s, 'credit', 1, 1, 'role-test', '', '', '', now())",
+            [entry.wallet_id],
+        )
+        as_app("UPDATE billing_ledgerentry SET project_id = NULL WHERE id = %s", [entry.pk])
+        for sql in (
+            "UPDATE billing_ledgerentry SET description = 'x' WHERE id = %s",
+            "DELETE FROM billing_ledgerentry WHERE id = %s",
+        ):
+            with pytest.raises(DatabaseError, match="permission denied"):
+                as_app(sql, [entry.pk])
+        with pytest.raises(DatabaseError, match="permission denied"):
+            as_app("TRUNCATE billing_ledgerentry")
+        cur.execute("RESET ROLE")
+        cur.execute("SET CONSTRAINTS ALL DEFERRED")
+    assert LedgerEntry.objects.filter(idempotency_key="role-test").exists()
+    entry.refresh_from_db()
+    assert (entry.project_id, entry.description) == (None, "")
