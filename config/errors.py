@@ -208,3 +208,11 @@ def missing_param(param: str) -> InvalidRequest:
     return InvalidRequest(
         f"Missing required parameter: '{param}'.", code="missing_required_parameter", param=param
     )
+
+
+def internal_error() -> ApiError:
+    """The 500 for a failure of our own: it says so, and that nothing was charged for it."""
+    return ApiError(
+        "The server had an error while processing your request. This is our fault, not your "
+        "request's; nothing was charged."
+    )

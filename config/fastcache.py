@@ -97,7 +97,7 @@ def _aclient() -> aioredis.Redis:
     loop = asyncio.get_running_loop()
     client = _async_clients.get(loop)
     if client is None:
-        pool = aioredis.BlockingConnectionPool.from_url(
+        pool: aioredis.BlockingConnectionPool = aioredis.BlockingConnectionPool.from_url(
             _redis_url(),
             decode_responses=True,
             max_connections=POOL_MAX_CONNECTIONS,

@@ -45,6 +45,7 @@ from config.errors import (
     ServiceUnavailable,
     UpstreamError,
     UpstreamTimeout,
+    internal_error,
 )
 from inference import limits
 from inference.http import ApiRequest
@@ -368,15 +369,15 @@ class Call:
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
-            exc = ServiceUnavailable(
+            stopped = ServiceUnavailable(
                 "The server is restarting and ended this request before it was answered; "
                 "nothing was charged. Retry the request.",
                 code=SHUTTING_DOWN_CODE,
             )
-            await self.fail(exc)
-            raise exc from None
+            await self.fail(stopped)
+            raise stopped from None
         except Exception:
-            await self.fail(ApiError("The server had an error while processing your request."))
+            await self.fail(internal_error())
             raise
 
     async def fail(self, exc: ApiError) -> None:
