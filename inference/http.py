@@ -4,15 +4,21 @@
 Bearer-key JSON API) — :mod:`config.asgi` sends ``/v1`` straight to :class:`V1Consumer`.
 What the consumer does for every call:
 
-1. reads the body, refusing more than the route's limit (``INFRAI_MAX_BODY_BYTES`` unless the
-   route names another setting, e.g. uploads) with 413 as soon as it knows;
-2. finds the route (404 unknown path, 405 wrong method), authenticates when the route needs it;
+1. **before reading any of the body**: refuses a declared ``Content-Length`` over the route's
+   limit (``INFRAI_MAX_BODY_BYTES`` unless the route names another setting, e.g. uploads) with
+   413 and ``connection: close``; finds the route (404 unknown path, 405 wrong method);
+   authenticates when the route needs it; runs the route's ``before_body`` check (uploads
+   count the rate limit and check the wallet here). A refusal costs no body bytes: the server
+   (uvicorn) hands the body to the app only as the app asks for it;
+2. reads the body, counting bytes as they arrive (a chunked body has no declared length), and
+   refuses with 413 + ``connection: close`` the moment the count passes the limit;
 3. runs the handler **in its own task**, so a client disconnect (``http.disconnect``) cancels it
    — a handler's ``finally`` blocks (settlement) run on every exit path;
 4. renders :class:`~config.errors.ApiError` in the OpenAI shape; any other exception is a 500
    with a generic message (details go to the log, never to the caller).
 
-Every response carries ``X-Infrai-Request-Id``.
+Every response carries ``X-Infrai-Request-Id`` and the same value as ``x-request-id`` (the
+header the OpenAI SDKs expose as ``.request_id``), and ``X-Content-Type-Options: nosniff``.
 """
 
 from __future__ import annotations
@@ -39,11 +45,47 @@ from config.errors import (
     MethodNotAllowed,
     NotFound,
     RequestTooLarge,
+    internal_error,
 )
 
 log = logging.getLogger(__name__)
 
 JSON_CT = b"application/json"
+# Deepest nesting of arrays/objects a JSON body may have (400 ``invalid_json`` deeper).
+MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKETS_ONLY = bytes.maketrans(b"[{]}", b"(())")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _nested(levels: int) -> re.Pattern[bytes]:
+    """A regex matching one balanced ``(…)`` group nested at most ``levels`` deep.
+
+    Possessive repeats (``*+``): the structure is unambiguous, so the match never backtracks.
+    """
+    pattern = rb"\(\)"
+    for _ in range(levels - 1):
+        pattern = rb"\((?:" + pattern + rb")*+\)"
+    return re.compile(pattern)
+
+
+_WITHIN_DEPTH = _nested(MAX_JSON_DEPTH)
+
+
+def json_too_deep(body: bytes) -> bool:
+    """Whether the arrays/objects of the JSON text ``body`` nest deeper than MAX_JSON_DEPTH.
+
+    No recursion and no Python loop per byte (~0.1 s for a 4 MB adversarial body): strings are
+    dropped, brackets mapped to ``(``/``)`` and everything else deleted, then one regex checks
+    that the brackets form a group at most MAX_JSON_DEPTH deep. Unbalanced brackets return
+    ``False``: the JSON parser reports those (deep unbalanced text raises RecursionError there).
+    """
+    if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
+        return False
+    brackets = _JSON_STRING.sub(b"", body).translate(_BRACKETS_ONLY, _NOT_BRACKETS)
+    if _WITHIN_DEPTH.fullmatch(brackets):
+        return False
+    return brackets.count(b"(") == brackets.count(b")")
 
 
 def new_request_id() -> str:
@@ -64,6 +106,8 @@ class ApiRequest:
     started_ns: int
     path_params: dict[str, str] = field(default_factory=dict)
     key: KeyContext | None = None
+    # What a route's ``before_body`` check hands to its handler (e.g. the counted call).
+    state: dict[str, Any] = field(default_factory=dict)
 
     @property
     def caller(self) -> KeyContext:
@@ -72,13 +116,18 @@ class ApiRequest:
         return self.key
 
     def json(self) -> dict[str, Any]:
-        """The body as a JSON object, or a 400 ``invalid_json``."""
+        """The body as a JSON object, or a 400 ``invalid_json`` (also for nesting deeper than
+        :data:`MAX_JSON_DEPTH`, checked before parsing)."""
         if not self.body:
             raise InvalidRequest(
                 "The request body is empty; send a JSON object.", code="invalid_json"
             )
+        if json_too_deep(self.body):
+            raise _too_deep()
         try:
             data = json.loads(self.body)
+        except RecursionError:
+            raise _too_deep() from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise InvalidRequest(
                 f"We could not parse the JSON body of your request: {exc}.", code="invalid_json"
@@ -87,7 +136,37 @@ class ApiRequest:
             raise InvalidRequest(
                 "The JSON body must be an object.", code="invalid_json", param=None
             )
+        if (b"\\ud" in self.body or b"\\uD" in self.body) and _has_lone_surrogate(data):
+            raise InvalidRequest(
+                "The JSON body contains a lone UTF-16 surrogate escape (\\ud800-\\udfff "
+                "without its pair), which is not valid Unicode.",
+                code="invalid_json",
+            )
         return data
+
+
+def _has_lone_surrogate(data: Any) -> bool:
+    """Whether a parsed JSON value holds a string that cannot be encoded as UTF-8 (only
+    called when the body has a ``\\ud…`` escape, so normal requests never pay for it)."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _too_deep() -> InvalidRequest:
+    return InvalidRequest(
+        f"The JSON body nests arrays/objects deeper than {MAX_JSON_DEPTH} levels.",
+        code="invalid_json",
+    )
+
+
+def too_large(limit: int) -> RequestTooLarge:
+    """The 413 for a body over ``limit`` bytes."""
+    return RequestTooLarge(
+        f"Request body is larger than the limit of {limit} bytes.", code="request_too_large"
+    )
 
 
 @dataclass
@@ -117,7 +196,8 @@ def json_response(
 ) -> Response:
     """Serialize ``data`` compactly into a :class:`Response`."""
     return Response(
-        json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode(),
+        # "replace": a string the vendor sent that is not valid Unicode never makes a 500.
+        json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace"),
         status=status,
         headers=headers or {},
     )
@@ -131,6 +211,8 @@ def error_response(exc: ApiError, headers: dict[str, str] | None = None) -> Resp
 
 
 Handler = Callable[[ApiRequest], Awaitable[Response | StreamingResponse]]
+# Runs after authentication and before any byte of the body is read; raises ApiError to refuse.
+BeforeBody = Callable[[ApiRequest], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -139,6 +221,7 @@ class Route:
     methods: dict[str, Handler]
     authenticated: bool = True
     body_limit_setting: str = "INFRAI_MAX_BODY_BYTES"
+    before_body: BeforeBody | None = None
 
     @property
     def max_body_bytes(self) -> int:
@@ -155,15 +238,19 @@ def route(
     methods: dict[str, Handler],
     authenticated: bool = True,
     body_limit_setting: str = "INFRAI_MAX_BODY_BYTES",
+    before_body: BeforeBody | None = None,
 ) -> None:
     """Register ``path`` (``{name}`` captures one segment; ``{name:path}`` the rest).
 
     ``body_limit_setting`` names the setting that caps the request body (413 above it): file
-    uploads name ``INFRAI_MAX_UPLOAD_BYTES``.
+    uploads name ``INFRAI_MAX_UPLOAD_BYTES``. ``before_body`` runs after authentication and
+    before the body is read (what it puts in ``request.state`` reaches the handler).
     """
     regex = re.sub(r"\{(\w+):path\}", r"(?P<\1>.+)", path)
     regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", regex)
-    _routes.append(Route(re.compile(f"^{regex}$"), methods, authenticated, body_limit_setting))
+    _routes.append(
+        Route(re.compile(f"^{regex}$"), methods, authenticated, body_limit_setting, before_body)
+    )
 
 
 def body_limit(path: str) -> int:
@@ -191,9 +278,17 @@ def resolve(method: str, path: str) -> tuple[Route, Handler, dict[str, str]]:
 
 
 def _encode_headers(content_type: bytes, headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
-    out = [(b"content-type", content_type)]
+    out = [(b"content-type", content_type), (b"x-content-type-options", b"nosniff")]
     out.extend((k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in headers.items())
     return out
+
+
+def _declared_length(headers: dict[str, str]) -> int:
+    """The request's ``Content-Length`` (0 when absent or not a number)."""
+    try:
+        return max(int(headers.get("content-length", "0")), 0)
+    except ValueError:
+        return 0
 
 
 class V1Consumer(AsyncHttpConsumer):
@@ -206,9 +301,42 @@ class V1Consumer(AsyncHttpConsumer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._size = 0
-        self._too_large = False
+        self._limit = 0
+        self._refused = False
         self._task: asyncio.Task[None] | None = None
-        self._limit: int | None = None
+        self._request: ApiRequest | None = None
+        self._handler: Handler | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Everything that needs no body, before any of it is read (module docstring, step 1)."""
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        request = ApiRequest(
+            method=scope["method"],
+            path=scope["path"],
+            headers=headers,
+            body=b"",
+            query=parse_qs(scope.get("query_string", b"").decode("latin-1")),
+            request_id=new_request_id(),
+            started_ns=time.perf_counter_ns(),
+        )
+        self._limit = body_limit(request.path)
+        try:
+            if _declared_length(headers) > self._limit:
+                raise too_large(self._limit)
+            matched, self._handler, request.path_params = resolve(request.method, request.path)
+            if matched.authenticated:
+                request.key = await authenticate(headers.get("authorization"))
+            if matched.before_body is not None:
+                await matched.before_body(request)
+        except ApiError as exc:
+            await _respond(send, request, error_response(exc))
+            return
+        except Exception:
+            log.exception("unhandled error in %s %s", request.method, request.path)
+            await _respond(send, request, _internal_error())
+            return
+        self._request = request
+        await super().__call__(scope, receive, send)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels' dispatch closes stale DB connections through a thread hop on every
@@ -218,23 +346,22 @@ class V1Consumer(AsyncHttpConsumer):
             await handler(message)
 
     async def http_request(self, message: dict[str, Any]) -> None:
-        if self._too_large or self._task is not None:
+        if self._refused or self._task is not None:
             return
+        request = self._request
+        assert request is not None
         chunk = message.get("body", b"")
         self._size += len(chunk)
-        if self._limit is None:
-            self._limit = body_limit(self.scope["path"])
-        limit = self._limit
-        if self._size > limit or self._declared_length() > limit:
-            self._too_large = True
-            exc = RequestTooLarge(
-                f"Request body is larger than the limit of {limit} bytes.", code="request_too_large"
-            )
-            await self._send(error_response(exc, {"x-infrai-request-id": new_request_id()}))
-            return
+        if self._size > self._limit:
+            self._refused = True
+            self.body.clear()
+            await _respond(self.base_send, request, error_response(too_large(self._limit)))
+            raise StopConsumer()
         self.body.append(chunk)
         if not message.get("more_body"):
-            self._task = asyncio.get_running_loop().create_task(self._serve(b"".join(self.body)))
+            request.body = b"".join(self.body)
+            self.body.clear()
+            self._task = asyncio.get_running_loop().create_task(self._serve(request))
 
     async def http_disconnect(self, message: dict[str, Any]) -> None:
         task = self._task
@@ -245,48 +372,26 @@ class V1Consumer(AsyncHttpConsumer):
             await asyncio.wait([task])
         raise StopConsumer()
 
-    def _declared_length(self) -> int:
-        for name, value in self.scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    return int(value)
-                except ValueError:
-                    return 0
-        return 0
-
-    async def _serve(self, body: bytes) -> None:
-        scope = self.scope
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        request = ApiRequest(
-            method=scope["method"],
-            path=scope["path"],
-            headers=headers,
-            body=body,
-            query=parse_qs(scope.get("query_string", b"").decode("latin-1")),
-            request_id=new_request_id(),
-            started_ns=time.perf_counter_ns(),
-        )
-        base_headers = {"x-infrai-request-id": request.request_id}
+    async def _serve(self, request: ApiRequest) -> None:
+        assert self._handler is not None
         try:
-            matched, handler, request.path_params = resolve(request.method, request.path)
-            if matched.authenticated:
-                request.key = await authenticate(headers.get("authorization"))
-            response = await handler(request)
+            response = await self._handler(request)
         except ApiError as exc:
             response = error_response(exc)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("unhandled error in %s %s", request.method, request.path)
-            response = error_response(
-                ApiError("The server had an error while processing your request.")
-            )
-        response.headers = {**base_headers, **response.headers}
+            response = _internal_error()
+        response.headers = {**_id_headers(request), **response.headers}
         await self._send(response)
 
     async def _send(self, response: Response | StreamingResponse) -> None:
+        headers = response.headers
+        if isinstance(response, Response):
+            headers = {**headers, "content-length": str(len(response.body))}
         await self.send_headers(
-            status=response.status, headers=_encode_headers(response.content_type, response.headers)
+            status=response.status, headers=_encode_headers(response.content_type, headers)
         )
         if isinstance(response, Response):
             await self.send_body(response.body)
@@ -301,3 +406,33 @@ class V1Consumer(AsyncHttpConsumer):
             if response.on_close is not None:
                 await response.on_close()
         await self.send_body(b"")
+
+
+def _id_headers(request: ApiRequest) -> dict[str, str]:
+    return {"x-infrai-request-id": request.request_id, "x-request-id": request.request_id}
+
+
+def _internal_error() -> Response:
+    return error_response(internal_error())
+
+
+async def _respond(send: Any, request: ApiRequest, response: Response) -> None:
+    """Send a complete response straight to the server (no consumer running yet).
+
+    A 413 also closes the connection, so the rest of the refused body is never read.
+    """
+    headers = {
+        **_id_headers(request),
+        **response.headers,
+        "content-length": str(len(response.body)),
+    }
+    if response.status == RequestTooLarge.status:
+        headers["connection"] = "close"
+    await send(
+        {
+            "type": "http.response.start",
+            "status": response.status,
+            "headers": _encode_headers(response.content_type, headers),
+        }
+    )
+    await send({"type": "http.response.body", "body": response.body, "more_body": False})

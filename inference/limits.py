@@ -3,6 +3,10 @@
 Fixed one-minute windows, counted with one pipelined round trip per call. Tokens are counted
 when the call is admitted, at the request's estimate (prompt + the output it may produce), as
 OpenAI does. The ``x-ratelimit-*`` headers follow OpenAI's names and formats.
+
+A call estimated at more tokens than the key may use in a whole minute can never pass: it is a
+400 (never a 429 whose ``retry-after`` cannot help), refused before anything is counted — so no
+estimate larger than a key's limit (at most 2**31) ever reaches Redis' 64-bit INCRBY.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 
 from accounts.auth import KeyContext
 from config import fastcache
-from config.errors import RateLimited
+from config.errors import InvalidRequest, RateLimited
 
 WINDOW_S = 60
 
@@ -46,8 +50,20 @@ async def admit(key: KeyContext, *, tokens: int) -> LimitState:
 
     Returns the state for the response headers, or raises :class:`RateLimited` (429 with
     ``retry-after`` in whole seconds and the same headers). A refused call still counts as a
-    request in its window (so hammering does not help), but its tokens are not kept.
+    request in its window (so hammering does not help), but its tokens are not kept. A call of
+    more tokens than the key's whole per-minute limit raises :class:`InvalidRequest` (400,
+    ``x-should-retry: false``) and counts nothing.
     """
+    tokens = max(int(tokens), 0)
+    if tokens > key.tokens_per_minute:
+        raise InvalidRequest(
+            f"This request may use up to {tokens} tokens (prompt + max output), more than this "
+            f"API key's limit of {key.tokens_per_minute} tokens per minute, so it can never "
+            "pass: lower max_tokens (or max_completion_tokens), shorten the input, or raise the "
+            "key's limit.",
+            code="invalid_value",
+            headers={"x-should-retry": "false"},
+        )
     now = time.time()
     window = int(now // WINDOW_S)
     reset_s = (window + 1) * WINDOW_S - now

@@ -11,7 +11,7 @@ from django.core.management import call_command
 
 from accounts.auth import _touched_at
 from config import fastcache
-from tests.live import daphne_server
+from tests.live import daphne_server, uvicorn_server
 
 
 @pytest.fixture(autouse=True)
@@ -24,7 +24,15 @@ def _clear_cache() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def live_url() -> Iterator[str]:
-    """Base URL of the real ASGI app served by daphne (``http://127.0.0.1:PORT``)."""
+    """Base URL of the real ASGI app served by the production server, uvicorn
+    (``http://127.0.0.1:PORT``)."""
+    with uvicorn_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def daphne_url() -> Iterator[str]:
+    """The same app served by daphne (Channels' development server), for a smoke test."""
     with daphne_server() as url:
         yield url
 

@@ -1,7 +1,10 @@
-"""A real ASGI server (daphne) for end-to-end tests, running the app in a background thread.
+"""Real ASGI servers for end-to-end tests, each running the app in a background thread.
 
-The server shares the test process's settings, database (tests must use ``transactional_db``
-so their rows are committed and visible to the server's connections) and cache.
+:func:`uvicorn_server` is the production server (``config.server``: uvicorn with uvloop and
+httptools, and the drain on shutdown); :func:`daphne_server` keeps the development server
+(Channels' ``runserver``) covered by a smoke test. Either server shares the test process's
+settings, database (tests must use ``transactional_db`` so their rows are committed and
+visible to the server's connections) and cache.
 """
 
 from __future__ import annotations
@@ -33,6 +36,24 @@ def wait_http(url: str, *, seconds: float = 30.0) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+@contextmanager
+def uvicorn_server() -> Iterator[str]:
+    """Serve the app with the production server (``config.server``) on a free port."""
+    from config.server import build
+
+    port = free_port()
+    server = build("127.0.0.1", port)
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/healthz")
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
 
 
 @contextmanager
