@@ -193,3 +193,7 @@ INFRAI_CIRCUIT_COOLDOWN_S = env.int("INFRAI_CIRCUIT_COOLDOWN_S", default=30)
 INFRAI_HEALTH_MEMO_S = env.float("INFRAI_HEALTH_MEMO_S", default=0.5)
 # Lifetime of the image URLs infrai serves for vendors that only return base64.
 INFRAI_IMAGE_URL_TTL_S = env.int("INFRAI_IMAGE_URL_TTL_S", default=3600)
+
+# --- hostile input (issue 12; documented in docs/security.md) ---
+# Longest audio a transcription may hold (seconds); longer is a 400 before anything is held.
+INFRAI_MAX_AUDIO_SECONDS = env.int("INFRAI_MAX_AUDIO_SECONDS", default=7200)

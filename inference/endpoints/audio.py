@@ -9,11 +9,17 @@ that breaks mid-audio is charged nothing (the request log says ``vendor_stream_i
 
 Transcriptions: the body is ``multipart/form-data`` exactly as the OpenAI SDKs send it, or JSON
 with the file as base64 (or a ``data:`` URL); the route accepts bodies up to
-``INFRAI_MAX_UPLOAD_BYTES`` (413 above). The audio's duration is measured from the file with
-PyAV before anything is held (an undecodable file is a 400); billing is per second of audio,
-metered in milliseconds. Without PyAV the hold assumes the lowest bitrate speech is sent at and
-the vendor's ``verbose_json`` duration is charged. ``json`` and ``verbose_json`` answers carry
-the ``infrai`` object; ``text``, ``srt`` and ``vtt`` are returned as the vendor wrote them.
+``INFRAI_MAX_UPLOAD_BYTES`` (413 above). Before a byte of the body is read the call is counted
+against the key's limits (429) and a wallet with nothing available is refused (402). The body
+is then parsed in a worker thread (at most 16 parts, else 400) and the audio's duration probed
+there from the container's metadata (one packet decoded to prove it is audio; the frames are
+counted only when the metadata has no plausible duration, and then no further than
+``INFRAI_MAX_AUDIO_SECONDS``). Longer audio, or a file that is not audio, is a 400 naming
+``file``; the hold is the probed duration at the offering's price per second, and that duration
+is charged (metered in milliseconds). Without PyAV the hold assumes the lowest bitrate speech
+is sent at and the vendor's ``verbose_json`` duration is charged. ``json`` and ``verbose_json``
+answers carry the ``infrai`` object; ``text``, ``srt`` and ``vtt`` are returned as the vendor
+wrote them.
 """
 
 from __future__ import annotations
@@ -23,20 +29,32 @@ import base64
 import binascii
 import io
 import json
-from collections.abc import AsyncIterator
+import math
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from email.parser import BytesParser
-from email.policy import HTTP
 from typing import Any, cast
 
 from django.conf import settings
 
+from billing.money import nanos_to_usd_str
 from billing.pricing import Usage
-from config.errors import InvalidRequest, RequestTooLarge, invalid_type, missing_param
+from billing.selectors import wallet_summary
+from catalog.routing import RoutingRequest
+from config.db import db_async
+from config.errors import (
+    InsufficientQuota,
+    InvalidRequest,
+    RequestTooLarge,
+    invalid_type,
+    missing_param,
+)
+from inference import multipart
 from inference.chat.validation import number
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
 from inference.models import RequestStatus
+from inference.multipart import Upload
+from inference.pipeline import Call
 from inference.vendors.base import JSON
 from inference.vendors.errors import VendorError
 
@@ -68,6 +86,10 @@ _CHUNK_BYTES = 64 * 1024
 # The lowest bitrate speech is practically encoded at (4 kbit/s): an upper bound of the
 # duration of a file we cannot decode ourselves.
 _MIN_BYTES_PER_SECOND = 500
+# More bytes per second than any audio encoding uses (192 kHz, 32-bit, stereo): metadata that
+# states a shorter duration than this allows for the file's size is not believed.
+_MAX_BYTES_PER_SECOND = 1_536_000
+_HEADER_ALLOWANCE_BYTES = 64 * 1024
 
 
 # --- speech ----------------------------------------------------------------------------------
@@ -153,15 +175,6 @@ async def speech(request: ApiRequest) -> StreamingResponse:
 
 # --- transcriptions --------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class Upload:
-    """The uploaded audio file."""
-
-    filename: str
-    content: bytes
-    content_type: str
-
-
-@dataclass(frozen=True, slots=True)
 class TranscriptionRequest:
     """A validated transcription request: the fields to forward and the audio."""
 
@@ -170,38 +183,6 @@ class TranscriptionRequest:
     upload: Upload
     response_format: str
     duration_ms: int | None
-
-
-def parse_multipart(content_type: str, body: bytes) -> tuple[dict[str, Any], dict[str, Upload]]:
-    """``(fields, files)`` of a ``multipart/form-data`` body; repeated fields become lists.
-
-    Raises a 400 (param ``file``) when the body is not well-formed multipart.
-    """
-    head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1")
-    message = BytesParser(policy=HTTP).parsebytes(head + body)
-    if not message.is_multipart():
-        raise InvalidRequest(
-            "Malformed multipart/form-data body.", code="invalid_value", param="file"
-        )
-    fields: dict[str, Any] = {}
-    files: dict[str, Upload] = {}
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        if not isinstance(name, str):
-            continue
-        payload = part.get_payload(decode=True)
-        data = payload if isinstance(payload, bytes) else b""
-        filename = part.get_filename()
-        if filename is not None:
-            files[name] = Upload(filename, data, part.get_content_type())
-            continue
-        text = data.decode(part.get_content_charset() or "utf-8", errors="replace")
-        if name in fields:
-            existing = fields[name]
-            fields[name] = [*existing, text] if isinstance(existing, list) else [existing, text]
-        else:
-            fields[name] = text
-    return fields, files
 
 
 def _base64_upload(value: Any) -> Upload:
@@ -221,29 +202,95 @@ def _base64_upload(value: Any) -> Upload:
     return Upload("audio", content, content_type)
 
 
-def audio_duration_ms(content: bytes) -> int | None:
-    """Milliseconds of audio in ``content`` decoded with PyAV; ``None`` without PyAV.
+def _undecodable() -> InvalidRequest:
+    # A fixed message: the codec's own error text (errno strings, offsets) is no help to callers.
+    return InvalidRequest(
+        "The uploaded file is not audio we can decode. Supported: flac, m4a, mp3, mp4, mpeg, "
+        "mpga, oga, ogg, wav, webm.",
+        code="invalid_value",
+        param="file",
+    )
 
-    Raises a 400 (param ``file``) for a file that holds no decodable audio.
+
+def _too_long(max_ms: int) -> InvalidRequest:
+    return InvalidRequest(
+        f"The audio is longer than the limit of {max_ms // 1000} seconds.",
+        code="invalid_value",
+        param="file",
+    )
+
+
+def audio_duration_ms(content: bytes, *, max_ms: int) -> int | None:
+    """Milliseconds of audio in ``content``, probed cheaply; ``None`` without PyAV.
+
+    The container's metadata gives the duration (a WAV or FLAC header, an MP3's frame count,
+    an Ogg's last page) and one packet is decoded to prove the audio is decodable. Only when
+    the metadata gives no duration, or one too short for the file's size (a header understating
+    it), are the frames decoded and counted — and then only up to ``max_ms``. 400 (param
+    ``file``) for a file with no decodable audio, or audio longer than ``max_ms``. CPU-bound:
+    run it in a worker thread.
     """
     try:
         import av
     except ImportError:
         return None
     try:
-        with av.open(io.BytesIO(content), mode="r") as container:
+        with av.open(io.BytesIO(content), mode="r", metadata_errors="ignore") as container:
             if not container.streams.audio:
-                raise ValueError("no audio stream")
+                raise _undecodable()
             stream = container.streams.audio[0]
-            samples = sum(frame.samples for frame in container.decode(stream))
             rate = stream.rate or stream.codec_context.sample_rate
-    except (av.error.FFmpegError, ValueError, IndexError) as exc:
-        raise InvalidRequest(
-            f"The uploaded file is not audio we can decode ({exc}).",
-            code="invalid_value",
-            param="file",
-        ) from None
-    if not rate or not samples:
+            if not rate:
+                raise _undecodable()
+            declared_ms = _declared_ms(stream, container.duration)
+            if declared_ms and _plausible(declared_ms, stream.codec_context.bit_rate, content):
+                if declared_ms > max_ms:
+                    raise _too_long(max_ms)
+                if not any(frame.samples for frame in _first_frames(container, stream)):
+                    raise _undecodable()
+                return declared_ms
+            return _counted_ms(container, stream, rate, max_ms)
+    except (av.error.FFmpegError, ValueError, IndexError, OverflowError):
+        raise _undecodable() from None
+
+
+def _declared_ms(stream: Any, container_duration_us: int | None) -> int:
+    """The duration the metadata states, rounded up to a millisecond (0 when it states none)."""
+    if stream.duration and stream.time_base:
+        return math.ceil(stream.duration * stream.time_base * 1000)
+    if container_duration_us and container_duration_us > 0:
+        return -(-container_duration_us // 1000)
+    return 0
+
+
+def _plausible(declared_ms: int, bit_rate: int | None, content: bytes) -> bool:
+    """Whether a file of this size can hold only ``declared_ms`` of audio.
+
+    At the codec's stated bit rate (twice it, plus room for headers and cover art), or at
+    :data:`_MAX_BYTES_PER_SECOND` for codecs that state none (FLAC, some Opus): a header that
+    understates the duration of the audio behind it is caught here, and the frames are counted.
+    """
+    bytes_per_s = (bit_rate // 8) * 2 if bit_rate and bit_rate > 0 else _MAX_BYTES_PER_SECOND
+    return len(content) <= declared_ms * bytes_per_s // 1000 + _HEADER_ALLOWANCE_BYTES
+
+
+def _first_frames(container: Any, stream: Any, packets: int = 8) -> Iterator[Any]:
+    """The frames of the first few packets (an encoder may need several before its first)."""
+    for index, packet in enumerate(container.demux(stream)):
+        if index >= packets:
+            return
+        yield from packet.decode()
+
+
+def _counted_ms(container: Any, stream: Any, rate: int, max_ms: int) -> int:
+    """Decode and count samples, stopping (400) as soon as they pass ``max_ms``."""
+    samples = 0
+    max_samples = max_ms * rate // 1000
+    for frame in container.decode(stream):
+        samples += frame.samples
+        if samples > max_samples:
+            raise _too_long(max_ms)
+    if not samples:
         raise InvalidRequest(
             "The uploaded file holds no audio.", code="invalid_value", param="file"
         )
@@ -291,10 +338,13 @@ def _check_transcription_options(fields: dict[str, Any], fmt: str) -> None:
 
 
 async def parse_transcription_request(request: ApiRequest) -> TranscriptionRequest:
-    """Validate a transcription (multipart or JSON) and measure its audio; 400/413 on errors."""
+    """Validate a transcription (multipart or JSON) and probe its audio; 400/413 on errors.
+
+    The body is parsed and the audio probed in worker threads, never on the event loop.
+    """
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
-        fields, files = parse_multipart(content_type, request.body)
+        fields, files = await multipart.aparse(content_type, request.body)
         upload = files.get("file")
         if upload is None:
             raise missing_param("file")
@@ -318,7 +368,8 @@ async def parse_transcription_request(request: ApiRequest) -> TranscriptionReque
             param="stream",
         )
     _check_transcription_options(fields, fmt)
-    duration_ms = await asyncio.to_thread(audio_duration_ms, upload.content)
+    max_ms = int(settings.INFRAI_MAX_AUDIO_SECONDS) * 1000
+    duration_ms = await asyncio.to_thread(audio_duration_ms, upload.content, max_ms=max_ms)
     return TranscriptionRequest(
         fields=_form(fields),
         routing=routing,
@@ -335,26 +386,52 @@ def transcription_usage(
     if request.duration_ms is not None:
         return Usage(audio_ms=request.duration_ms), False
     if isinstance(answer, dict) and isinstance(answer.get("duration"), int | float):
-        return Usage(audio_ms=round(float(answer["duration"]) * 1000)), False
+        return Usage(audio_ms=min(round(float(answer["duration"]) * 1000), held_ms)), False
     return Usage(audio_ms=held_ms), True
+
+
+async def _before_transcription_body(request: ApiRequest) -> None:
+    """Before a byte of the upload is read: count the call against the key's limits (429) and
+    refuse a wallet with nothing available (402), so neither costs a parse or a decode."""
+    call = Call(request=request, endpoint=TRANSCRIPTION_ENDPOINT, requested_model="auto")
+    await call.limit(tokens=0)
+    summary = await _wallet_summary(organization_id=request.caller.organization_id)
+    if summary.available_nanos <= 0:
+        raise InsufficientQuota(
+            "You exceeded your current quota: your organization's available balance is "
+            f"${nanos_to_usd_str(max(summary.available_nanos, 0))}. Add credit in the "
+            "dashboard to continue.",
+            code="insufficient_quota",
+        )
+    request.state["call"] = call
+
+
+_wallet_summary = db_async(wallet_summary)
 
 
 async def transcriptions(request: ApiRequest) -> Response:
     """``POST /v1/audio/transcriptions``. See the module docstring."""
+    call: Call = request.state["call"]  # counted by _before_transcription_body
     parsed = await parse_transcription_request(request)
     held_ms = parsed.duration_ms
     if held_ms is None:
-        held_ms = len(parsed.upload.content) * 1000 // _MIN_BYTES_PER_SECOND
+        held_ms = min(
+            len(parsed.upload.content) * 1000 // _MIN_BYTES_PER_SECOND,
+            int(settings.INFRAI_MAX_AUDIO_SECONDS) * 1000,
+        )
     worst = Usage(audio_ms=held_ms)
-    call = await metered.open_call(
-        request,
-        endpoint=TRANSCRIPTION_ENDPOINT,
-        routing=parsed.routing,
-        capability="transcription",
-        limit_tokens=0,
-        expected=worst,
-        worst_case=lambda _candidate: worst,
+    call.requested_model = parsed.routing.model
+    await call.route(
+        RoutingRequest(
+            model=parsed.routing.model,
+            capabilities=frozenset({"transcription"}),
+            params={},
+            task=parsed.routing.task,
+            prefer=parsed.routing.prefer,
+            expected_usage=worst,
+        )
     )
+    await call.hold(worst_case=lambda _candidate: worst)
     file = (parsed.upload.filename, parsed.upload.content, parsed.upload.content_type)
     # httpx sends a list value as repeated form fields (timestamp_granularities[]).
     fields = cast(dict[str, str], parsed.fields)
@@ -374,4 +451,5 @@ route(
     "/v1/audio/transcriptions",
     methods={"POST": transcriptions},
     body_limit_setting="INFRAI_MAX_UPLOAD_BYTES",
+    before_body=_before_transcription_body,
 )

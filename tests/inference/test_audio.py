@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import base64
 import io
+import socket
+import struct
+import threading
 
 import av
 import httpx
@@ -13,6 +16,8 @@ import pytest
 
 from billing.models import Hold
 from billing.pricing import Usage
+from inference import multipart
+from inference.endpoints import audio
 from tests.inference.conftest import assert_billed
 
 pytestmark = pytest.mark.usefixtures("gateway_catalog")
@@ -183,3 +188,131 @@ def test_bad_transcriptions_are_400_before_any_hold(issue_key, api_base, wav, fi
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
     assert not Hold.objects.exists()
+
+
+# --- hostile uploads (issue 12) ----------------------------------------------------------------
+def _multipart(fields: dict[str, str], files: dict[str, tuple[str, bytes]]) -> tuple[str, bytes]:
+    request = httpx.Request("POST", "http://x/", data=fields, files=files)
+    return request.headers["content-type"], request.read()
+
+
+def _counting(monkeypatch, module, name):
+    calls = []
+    original = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        calls.append(name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+    return calls
+
+
+def test_a_zero_balance_key_gets_its_402_before_the_upload_is_read(
+    issue_key, api_base, wav, monkeypatch
+):
+    parsed = _counting(monkeypatch, multipart, "parse")
+    probed = _counting(monkeypatch, audio, "audio_duration_ms")
+    key = issue_key(credit_usd="0")
+    content_type, body = _multipart({"model": WHISPER}, {"file": ("fox.wav", wav)})
+    host, port = api_base.split("//")[1].split("/")[0].split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(
+            (
+                f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: {host}\r\n"
+                f"Authorization: Bearer {key}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n"
+            ).encode()
+        )  # ... and not one byte of the body
+        head = sock.recv(65536).decode("latin-1")
+    assert head.startswith("HTTP/1.1 402 ")
+    assert "x-should-retry: false" in head.lower()
+    with pytest.raises(openai.APIStatusError) as caught:
+        openai.OpenAI(base_url=api_base, api_key=key, max_retries=0).audio.transcriptions.create(
+            model=WHISPER, file=("fox.wav", wav)
+        )
+    assert caught.value.status_code == 402
+    assert caught.value.body["code"] == "insufficient_quota"
+    assert parsed == [] and probed == []  # neither parsed nor decoded
+    assert not Hold.objects.exists()
+
+
+def test_a_many_part_body_is_parsed_off_the_event_loop_and_refused_after_the_cap(
+    issue_key, api_base, live_url, wav, monkeypatch
+):
+    entered, release = threading.Event(), threading.Event()
+    original = multipart.parse
+
+    def held_parse(*args, **kwargs):
+        entered.set()
+        release.wait(60)  # the parse is "slow" until the test has its /healthz answer
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(multipart, "parse", held_parse)
+    parts = _counting(monkeypatch, multipart._Collector, "on_part_begin")
+    content_type, body = _multipart(
+        {f"field{i}": "x" for i in range(40_000)}, {"file": ("fox.wav", wav)}
+    )
+    result: dict[str, httpx.Response] = {}
+
+    def upload() -> None:
+        result["response"] = httpx.post(
+            f"{api_base}/audio/transcriptions",
+            content=body,
+            headers={"authorization": f"Bearer {issue_key()}", "content-type": content_type},
+            timeout=120,
+        )
+
+    uploader = threading.Thread(target=upload)
+    uploader.start()
+    try:
+        assert entered.wait(60), "the upload never reached the parser"
+        # While the parser holds its thread, the event loop still answers everyone else.
+        assert httpx.get(live_url + "/healthz", timeout=30).status_code == 200
+    finally:
+        release.set()
+        uploader.join(120)
+    response = result["response"]
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "file" and "at most 16 parts" in error["message"]
+    assert len(parts) == multipart.MAX_PARTS + 1  # 17 of 40,001 parts were looked at
+    assert not Hold.objects.exists()
+
+
+def test_undecodable_audio_is_a_400_without_codec_internals(issue_key, client_for):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client_for(issue_key()).audio.transcriptions.create(
+            model=WHISPER, file=("fake.mp3", b"\xff\xfb\x90\x00" + bytes(range(256)) * 40)
+        )
+    message = caught.value.body["message"]
+    assert caught.value.body["param"] == "file" and "not audio we can decode" in message
+    assert "errno" not in message.lower() and "invalid data" not in message.lower()
+    assert not Hold.objects.exists()
+
+
+def test_audio_longer_than_the_cap_is_a_400_before_any_hold(issue_key, client_for, wav, settings):
+    settings.INFRAI_MAX_AUDIO_SECONDS = 1
+    with pytest.raises(openai.BadRequestError) as caught:
+        client_for(issue_key()).audio.transcriptions.create(model=WHISPER, file=("a.wav", wav))
+    assert caught.value.body["param"] == "file"
+    assert "longer than the limit of 1 seconds" in caught.value.body["message"]
+    assert not Hold.objects.exists()
+
+
+def test_the_duration_comes_from_the_header_and_equals_the_decoded_samples(wav, monkeypatch):
+    counted = _counting(monkeypatch, audio, "_counted_ms")
+    assert audio.audio_duration_ms(wav, max_ms=3_600_000) == audio_ms(wav)
+    assert counted == []  # metadata only: no frame-by-frame decode
+    # A header that states far less audio than the file holds is not believed.
+    understated = _wav_header(rate=16000, data_bytes=320) + bytes(16000 * 2 * 20)
+    assert audio.audio_duration_ms(understated, max_ms=3_600_000) >= 0
+    assert counted == ["_counted_ms"]
+
+
+def _wav_header(*, rate: int, data_bytes: int) -> bytes:
+    fmt = struct.pack("<HHIIHH", 1, 1, rate, rate * 2, 2, 16)
+    return (
+        b"RIFF" + struct.pack("<I", 36 + data_bytes) + b"WAVEfmt " + struct.pack("<I", 16) + fmt
+        + b"data" + struct.pack("<I", data_bytes)
+    )  # fmt: skip
