@@ -2,70 +2,129 @@
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.contrib import auth
 
-from accounts.models import User
-from accounts.selectors import organization_for_member
+from accounts.models import Membership, Organization, User
+from config.db import db_async
 from dashboard.live import balance_payload, group_name
 from dashboard.permissions import SEE_BILLING
 
 BALANCE_KEYS = ("balance_nanos", "balance_display", "available_display", "held_display")
+# Closed by the server: the session ended or the membership is gone (the page should reload).
+CLOSE_FORBIDDEN = 4403
 
 
-def _membership(user: Any, slug: str) -> tuple[int, bool] | None:
-    """``(organization_id, may_see_billing)`` for a verified member, else None."""
+class _SessionRequest:
+    """The one attribute :func:`django.contrib.auth.get_user` reads from a request."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+
+def _session_user(session_key: str | None) -> User | None:
+    """The user the session ``session_key`` is logged in as right now, read afresh from the
+    session store (a logged-out, flushed or expired session, or one whose password hash no
+    longer matches, has none)."""
+    if not session_key:
+        return None
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user = auth.get_user(_SessionRequest(store))  # type: ignore[arg-type]
     if not isinstance(user, User) or not user.is_active or not user.email_verified:
         return None
-    found = organization_for_member(user=user, slug=slug)
-    if found is None:
+    return user
+
+
+def access_on_connect(session_key: str | None, slug: str) -> tuple[int, int, bool] | None:
+    """``(user_id, organization_id, may_see_billing)`` for a verified member, else None."""
+    user = _session_user(session_key)
+    if user is None:
         return None
-    organization, membership = found
-    return organization.pk, membership.role in SEE_BILLING
+    membership = (
+        Membership.objects.filter(user=user, organization__slug=slug)
+        .values_list("organization_id", "role")
+        .first()
+    )
+    if membership is None:
+        return None
+    organization_id, role = membership
+    return user.pk, organization_id, role in SEE_BILLING
+
+
+def access_now(session_key: str | None, user_id: int, organization_id: int) -> bool | None:
+    """``may_see_billing`` while the session is still ``user_id``'s and they are still a member
+    of ``organization_id``; None once either has ended. A few indexed queries."""
+    user = _session_user(session_key)
+    if user is None or user.pk != user_id:
+        return None
+    role = (
+        Membership.objects.filter(user_id=user_id, organization_id=organization_id)
+        .values_list("role", flat=True)
+        .first()
+    )
+    if role is None or not Organization.objects.filter(pk=organization_id).exists():
+        return None
+    return role in SEE_BILLING
+
+
+_access_on_connect = db_async(access_on_connect)
+_access_now = db_async(access_now)
+_balance_payload = db_async(balance_payload)
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
     """Joins the organization's group after checking the session user's membership.
 
-    Consumers bypass Django's middleware: the check is done here, on connect. Balance events
-    reach only roles that may see the wallet.
+    Consumers bypass Django's middleware: the check is done here — on connect, and again before
+    **every** event is forwarded, from the session store and the database (not the scope's
+    copies), so a member who logged out, was removed or lost their role stops receiving at the
+    next event: the socket is closed with 4403. Balance events reach only roles that may see
+    the wallet, as they are now.
     """
 
     group: str = ""
-    may_see_billing: bool = False
+    session_key: str | None = None
+    user_id: int = 0
     organization_id: int = 0
 
     async def connect(self) -> None:
         slug = self.scope["url_route"]["kwargs"]["slug"]
-        found = await database_sync_to_async(_membership)(self.scope.get("user"), slug)
+        session = self.scope.get("session")
+        self.session_key = getattr(session, "session_key", None)
+        found = await _access_on_connect(self.session_key, slug)
         if found is None:
-            await self.close(code=4403)
+            await self.close(code=CLOSE_FORBIDDEN)
             return
-        organization_id, self.may_see_billing = found
-        self.organization_id = organization_id
-        self.group = group_name(organization_id)
+        self.user_id, self.organization_id, _ = found
+        self.group = group_name(self.organization_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            self.group = ""
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """Clients only listen; anything they send is ignored."""
 
     async def live_event(self, event: dict[str, Any]) -> None:
+        may_see_billing = await _access_now(self.session_key, self.user_id, self.organization_id)
+        if may_see_billing is None:
+            await self.disconnect(CLOSE_FORBIDDEN)
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
         payload = {k: v for k, v in event.items() if k != "type"}
         kind = payload.get("kind")
-        if kind == "balance" and not self.may_see_billing:
+        if kind == "balance" and not may_see_billing:
             return
         if kind != "wallet_changed":
             await self.send_json(payload)
-        if kind in ("usage", "wallet_changed") and self.may_see_billing:
+        if kind in ("usage", "wallet_changed") and may_see_billing:
             # The wallet moved (a call was settled, a top-up credited): read it once per open
             # page, so API calls never pay for dashboards nobody is watching.
-            await self.send_json(
-                await database_sync_to_async(balance_payload)(organization_id=self.organization_id)
-            )
+            await self.send_json(await _balance_payload(organization_id=self.organization_id))

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth.models import AnonymousUser
+from django.contrib.sessions.backends.db import SessionStore
 
 from accounts.models import Role
 from dashboard import live
@@ -30,9 +32,21 @@ USAGE = {
 }
 
 
-async def _connect(user, slug: str) -> tuple[WebsocketCommunicator, bool]:
+def logged_in_session(user) -> SessionStore:
+    """A saved session logged in as ``user`` (what the login view leaves behind)."""
+    session = SessionStore()
+    if user.is_authenticated:
+        session[SESSION_KEY] = str(user.pk)
+        session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.save()
+    return session
+
+
+async def _connect(user, slug: str, session=None) -> tuple[WebsocketCommunicator, bool]:
     communicator = WebsocketCommunicator(app, f"/ws/o/{slug}/live/")
     communicator.scope["user"] = user
+    communicator.scope["session"] = session or await sync_to_async(logged_in_session)(user)
     connected, _ = await communicator.connect()
     return communicator, connected
 
