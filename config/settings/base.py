@@ -197,3 +197,5 @@ INFRAI_IMAGE_URL_TTL_S = env.int("INFRAI_IMAGE_URL_TTL_S", default=3600)
 # --- hostile input (issue 12; documented in docs/security.md) ---
 # Longest audio a transcription may hold (seconds); longer is a 400 before anything is held.
 INFRAI_MAX_AUDIO_SECONDS = env.int("INFRAI_MAX_AUDIO_SECONDS", default=7200)
+# The deployment rules as `manage.py check --deploy` system checks (config/checks.py).
+import config.checks  # noqa: E402, F401

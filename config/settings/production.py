@@ -1,5 +1,13 @@
-"""Production: every secret is required; missing ones fail at import, not at the first request."""
+"""Production: every secret is required; missing ones fail at import, not at the first request.
 
+Beyond the secrets, :func:`config.checks.deployment_problems` must find nothing (Redis, a real
+pepper and webhook secret, explicit hosts, an e-mail backend that delivers): the process
+refuses to start otherwise, and ``manage.py check --deploy`` reports the same rules.
+"""
+
+from django.core.exceptions import ImproperlyConfigured
+
+from config.checks import deployment_problems
 from config.settings.base import *  # noqa: F403
 from config.settings.base import env
 
@@ -11,6 +19,10 @@ DATABASES = {"default": env.db("DATABASE_URL")}
 DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": 32, "timeout": 10}}
 STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY")
 STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET")
+# Required: the cache, rate limits, channel layer and Celery are shared through Redis (base.py
+# builds them from it).
+REDIS_URL = env("REDIS_URL")
+EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
 
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
@@ -21,3 +33,10 @@ SECURE_HSTS_PRELOAD = True
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
+
+_problems = deployment_problems(globals())
+if _problems:
+    raise ImproperlyConfigured(
+        "Production settings are incomplete:\n"
+        + "\n".join(f"  {check_id}: {message}" for check_id, message in _problems)
+    )
