@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make run`: embedded defaults (SQLite, in-memory layers, eager Celery), the gpu-backend with the
-# local models beside daphne, in the foreground until Ctrl-C.
+# local models beside the web server (uvicorn), in the foreground until Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT="${PORT:-8000}"
@@ -37,4 +37,6 @@ READY_PID=$!
 trap 'kill "$GPU_PID" "$BEAT_PID" "$READY_PID" 2>/dev/null || true' EXIT INT TERM
 
 echo "serving on http://127.0.0.1:${PORT} (Ctrl-C stops)"
-.venv/bin/daphne -b 127.0.0.1 -p "$PORT" config.asgi:application
+# The production web server: uvicorn (streams request bodies to the app, so oversized bodies
+# are refused unread; see docs/security.md), draining calls in flight on Ctrl-C.
+$PY -m config.server --host 127.0.0.1 --port "$PORT"
