@@ -108,6 +108,7 @@ class Call:
     task: asyncio.Task[Any] | None = None  # the request's task (drain cancels it)
     shutting_down: bool = False  # set by drain before it cancels ``task``
     renewed_at: float = field(default_factory=time.monotonic)  # the hold's last (re)start
+    note: str = ""  # the log's code for a successful call with a caveat (vendor_usage_invalid)
 
     __hash__ = object.__hash__  # identity: calls are kept in the in-flight set
 
@@ -224,6 +225,25 @@ class Call:
             raise UpstreamTimeout("Every vendor that can serve this request timed out.")
         raise UpstreamError(f"Every vendor that can serve this request failed; last: {last.kind}.")
 
+    async def call_and_settle(
+        self,
+        fn: Callable[[Adapter, VendorTarget, Candidate], Awaitable[T]],
+        usage_of: Callable[[T], tuple[Usage, bool]],
+    ) -> T:
+        """:meth:`call` with failover, charge ``usage_of(result)`` and finish the call.
+
+        ``usage_of`` returns ``(usage, estimated)``; it may raise an :class:`ApiError` for an
+        answer that cannot be billed or rendered. On every exit the hold is settled exactly
+        once (:meth:`closed_on_failure`): a vendor error or a refused answer charges nothing
+        and re-raises; a cancelled call (client gone) is logged as 499; anything else as a 500.
+        """
+        async with self.closed_on_failure():
+            result = await self.call(fn)
+            usage, estimated = usage_of(result)
+        self.charge(usage, estimated=estimated)
+        await self.finish(status=RequestStatus.OK, http_status=200)
+        return result
+
     def vendor_failed_midway(self) -> None:
         """The serving vendor broke after the response started: the circuit learns of it."""
         if self.served_by is not None:
@@ -308,7 +328,8 @@ class Call:
         if self.finished:
             return
         self.finished = True
-        row = self._log_row(status=status, http_status=http_status, error_code=error_code)
+        code = error_code or (self.note if status is RequestStatus.OK else "")
+        row = self._log_row(status=status, http_status=http_status, error_code=code)
         job = asyncio.ensure_future(_record_and_settle(row, self.held, self.cost_nanos))
         _keep(job)
         job.add_done_callback(lambda _job: _inflight.discard(self))

@@ -126,18 +126,18 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
         await call.hold(worst_case=lambda candidate: worst_case(chat, candidate))
     except InsufficientQuota as exc:
         raise with_max_tokens_hint(exc, chat, decision.candidates) from None
-    async with call.closed_on_failure():
-        if chat.stream:
+    if chat.stream:
+        async with call.closed_on_failure():
             return await _open_stream(call, chat, payload)
-        body = await call.call(lambda adapter, target, _c: adapter.chat(target, payload))
-        usage, estimated, note = _completion_usage(chat, body)
-        call.charge(usage, estimated=estimated)
-        body["id"] = _completion_id(call)
-        body["object"] = "chat.completion"
-        body["model"] = call.served()["model"]
-        body["usage"] = openai_chat_usage(usage)
-    await call.finish(status=RequestStatus.OK, http_status=200, error_code=note)
-    if key is not None and not estimated:
+    body = await call.call_and_settle(
+        lambda adapter, target, _c: adapter.chat(target, payload),
+        lambda answer: completion_usage(call, chat, answer),
+    )
+    body["id"] = _completion_id(call)
+    body["object"] = "chat.completion"
+    body["model"] = call.served()["model"]
+    body["usage"] = openai_chat_usage(call.usage)
+    if key is not None and not call.usage_estimated:
         entry = {"body": {k: v for k, v in body.items() if k != "infrai"}, **call.served()}
         spawn(response_cache.store(key, entry))
     body["infrai"] = call.infrai()
@@ -171,21 +171,20 @@ def with_max_tokens_hint(
     )
 
 
-def _completion_usage(chat: ChatRequest, body: JSON) -> tuple[Usage, bool, str]:
-    """``(usage, estimated, note)`` of a whole completion: the vendor's usage when it is
-    true, else our estimate of the answer (noted ``vendor_usage_invalid`` when it lied)."""
-    note = ""
+def completion_usage(call: Call, chat: ChatRequest, body: JSON) -> tuple[Usage, bool]:
+    """``(usage, estimated)`` of a whole completion: the vendor's usage when it is true, else
+    our estimate of the answer (the call notes ``vendor_usage_invalid`` when it lied)."""
     try:
         usage = chat_usage(body)
     except InvalidUsage:
-        usage, note = None, INVALID_USAGE_NOTE
+        usage, call.note = None, INVALID_USAGE_NOTE
     if usage is not None:
-        return usage, False, note
+        return usage, False
     choices = body.get("choices") if isinstance(body.get("choices"), list) else []
     text = "".join(
         _message_text(c.get("message") or {}) for c in choices or [] if isinstance(c, dict)
     )
-    return estimate_usage(chat, text), True, note
+    return estimate_usage(chat, text), True
 
 
 async def _answer_from_cache(

@@ -18,11 +18,11 @@ from typing import Any
 from billing.pricing import Usage
 from inference import relay
 from inference.chat.service import (
+    completion_usage,
     estimate_usage,
     open_upstream_stream,
     output_cap,
     routing_request,
-    usage_from,
     worst_case,
 )
 from inference.chat.validation import ChatRequest
@@ -47,18 +47,6 @@ def _response_id(call: Call) -> str:
     return "resp_" + call.request.request_id.removeprefix("req_")
 
 
-def _completion_usage(chat: ChatRequest, body: JSON) -> tuple[Usage, bool]:
-    usage = usage_from(body)
-    if usage is not None:
-        return usage, False
-    message = (body.get("choices") or [{}])[0].get("message") or {}
-    calls = message.get("tool_calls") or []
-    text = str(message.get("content") or "") + "".join(
-        str((c.get("function") or {}).get("arguments") or "") for c in calls
-    )
-    return estimate_usage(chat, text), True
-
-
 async def responses(request: ApiRequest) -> Response | StreamingResponse:
     """The endpoint. See the module docstring."""
     parsed = parse_responses_request(request.json())
@@ -74,7 +62,7 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
     body = await metered.call_and_settle(
         call,
         lambda adapter, target, _c: adapter.chat(target, payload),
-        lambda answer: _completion_usage(chat, answer),
+        lambda answer: completion_usage(call, chat, answer),
     )
     output, finish_reason = output_items(body)
     out = response_object(
