@@ -82,7 +82,11 @@ def json_too_deep(body: bytes) -> bool:
     """
     if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
         return False
-    brackets = _JSON_STRING.sub(b"", body).translate(_BRACKETS_ONLY, _NOT_BRACKETS)
+    # Without a backslash before a quote every quote delimits a string: splitting on them is
+    # several times faster than the regex (which handles escaped quotes).
+    escaped = b'\\"' in body
+    unquoted = _JSON_STRING.sub(b"", body) if escaped else b"".join(body.split(b'"')[::2])
+    brackets = unquoted.translate(_BRACKETS_ONLY, _NOT_BRACKETS)
     if _WITHIN_DEPTH.fullmatch(brackets):
         return False
     return brackets.count(b"(") == brackets.count(b")")
