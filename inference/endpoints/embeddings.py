@@ -4,7 +4,13 @@ Billed per input token at the offering's input price (the vendor's ``usage.promp
 counted with our tokenizer, and flagged, when the vendor reports none). ``encoding_format``
 ``base64`` is OpenAI's little-endian float32 packing; the answer is converted to the requested
 format whatever the vendor sent. ``dimensions`` is forwarded to models that accept it and is
-a matrix parameter for routing (a model whose matrix says it *fails* is never chosen for it).
+a matrix parameter for routing (a model whose matrix says it *fails*, or whose largest size is
+smaller, is never chosen for it).
+
+Token-id input (a list of ints, or lists of them — what LangChain's ``OpenAIEmbeddings``
+sends) is OpenAI's: cl100k_base ids. A model that reads cl100k_base ids
+(``Model.tokenizer``) gets them as they are; any other model gets the text they decode to,
+never ids it would read as its own vocabulary. Ids that are not cl100k_base tokens are a 400.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from billing.pricing import Usage
+from catalog.routing import Candidate
 from config.errors import InvalidRequest, UpstreamError, invalid_type, missing_param
 from inference import tokens
 from inference.chat.validation import positive_int
@@ -35,7 +42,9 @@ class EmbeddingRequest:
     """A validated embeddings request.
 
     ``texts`` are the string inputs (for our own token count); ``tokens_upper`` bounds the
-    input tokens of any tokenizer (a token covers at least one UTF-8 byte).
+    input tokens of any tokenizer (a token covers at least one UTF-8 byte). ``text_payload``:
+    the payload with token-id inputs decoded to text (``None`` when there are none); see
+    :meth:`payload_for`.
     """
 
     payload: JSON
@@ -45,6 +54,13 @@ class EmbeddingRequest:
     texts: list[str]
     token_ids: int
     tokens_upper: int
+    text_payload: JSON | None = None
+
+    def payload_for(self, candidate: Candidate) -> JSON:
+        """What to send ``candidate``: token ids only to a model that reads cl100k_base ids."""
+        if self.text_payload is None or candidate.tokenizer == tokens.CL100K:
+            return self.payload
+        return self.text_payload
 
 
 def _is_token_list(value: Any) -> bool:
@@ -80,6 +96,26 @@ def _inputs(raw: Any) -> list[str | list[int]]:
     return items
 
 
+def _decoded(items: list[str | list[int]], single: bool) -> str | list[str]:
+    """The inputs with every token-id list replaced by its cl100k_base text (400 on bad ids)."""
+    texts = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            texts.append(item)
+            continue
+        try:
+            texts.append(tokens.decode_cl100k(item))
+        except ValueError as exc:
+            param = "input" if single else f"input[{i}]"
+            raise InvalidRequest(
+                f"Invalid token ids in '{param}': {exc}. Token-id input is read as OpenAI's "
+                "cl100k_base ids.",
+                code="invalid_value",
+                param=param,
+            ) from None
+    return texts[0] if single else texts
+
+
 def parse_embedding_request(data: dict[str, Any]) -> EmbeddingRequest:
     """Validate an embeddings body; 400 with ``param`` naming the field."""
     metered.reject_unknown(data, _FIELDS)
@@ -95,6 +131,14 @@ def parse_embedding_request(data: dict[str, Any]) -> EmbeddingRequest:
         if data.get(name) is not None:
             payload[name] = data[name]
     upper = sum(len(t.encode()) for t in texts) + token_ids + _SPECIAL_TOKENS * len(items)
+    text_payload = None
+    if token_ids:
+        single = not isinstance(data["input"], list) or _is_token_list(data["input"])
+        decoded = _decoded(items, single)
+        text_payload = {**payload, "input": decoded}
+        # Decoded text may hold more tokens of another tokenizer than there were ids.
+        all_text = [decoded] if isinstance(decoded, str) else decoded
+        upper = sum(len(t.encode()) for t in all_text) + _SPECIAL_TOKENS * len(items) + token_ids
     return EmbeddingRequest(
         payload=payload,
         routing=routing,
@@ -103,6 +147,7 @@ def parse_embedding_request(data: dict[str, Any]) -> EmbeddingRequest:
         texts=texts,
         token_ids=token_ids,
         tokens_upper=upper,
+        text_payload=text_payload,
     )
 
 
@@ -182,7 +227,7 @@ async def embeddings(request: ApiRequest) -> Response:
     call.prompt = "\n".join(parsed.texts)[:20000]
     body = await metered.call_and_settle(
         call,
-        lambda adapter, target, _c: adapter.embed(target, parsed.payload),
+        lambda adapter, target, candidate: adapter.embed(target, parsed.payload_for(candidate)),
         lambda answer: usage_of(parsed, answer),
     )
     out = render(body, parsed, call.served()["model"], call.usage)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from billing.pricing import Usage
-from catalog.routing import Candidate, RoutingRequest
+from catalog.routing import PREFERENCES, Candidate, RoutingRequest, prefer_refusal
 from config.errors import InvalidRequest, invalid_type, missing_param
 from inference.http import ApiRequest
 from inference.models import RequestStatus
@@ -26,7 +26,8 @@ from inference.vendors import Adapter, VendorTarget
 T = TypeVar("T")
 VendorCall = Callable[[Adapter, VendorTarget, Candidate], Awaitable[T]]
 
-ROUTING_PREFERENCES = ("balanced", "cheapest", "smartest", "fastest")
+# One set of ``prefer`` values (and one message for a wrong one) on every endpoint.
+ROUTING_PREFERENCES = PREFERENCES
 # The platform's own fields (sent through the SDKs' ``extra_body``).
 EXTENSIONS = frozenset({"task", "prefer"})
 
@@ -62,12 +63,7 @@ def routing_fields(data: dict[str, Any], *, default_model: str = "auto") -> Rout
             raise invalid_type(name, "a string")
     prefer = data.get("prefer")
     if prefer is not None and prefer not in ROUTING_PREFERENCES:
-        raise InvalidRequest(
-            f"Invalid value for 'prefer': {json.dumps(prefer)}. Use one of: "
-            f"{', '.join(ROUTING_PREFERENCES)}.",
-            code="invalid_value",
-            param="prefer",
-        )
+        raise prefer_refusal(prefer)
     return Routing(model=model.strip(), task=data.get("task"), prefer=prefer)
 
 
@@ -121,14 +117,15 @@ async def open_call(
     worst_case: Callable[[Candidate], Usage],
     params: dict[str, Any] | None = None,
 ) -> Call:
-    """Limit → route → hold for one validated request; the returned call holds money.
+    """Route → limit → hold for one validated request; the returned call holds money.
 
-    Raises 429 (limits), 400/404/503 (routing: a pinned model without ``capability`` is a 400
-    ``unsupported_capability`` naming both) and 402 (hold) — in each case nothing is held.
+    Raises 400/404/503 (routing: a pinned model without ``capability`` is a 400
+    ``unsupported_capability`` naming both; a parameter no available model accepts is a 400
+    naming it), 429 (limits) and 402 (hold) — in each case nothing is held. Routing comes first
+    so a request no model can serve is a 400 before it counts against the key's limits.
     The caller must pass the returned call to :func:`call_and_settle`, which settles it.
     """
     call = Call(request=request, endpoint=endpoint, requested_model=routing.model)
-    await call.limit(tokens=limit_tokens)
     await call.route(
         RoutingRequest(
             model=routing.model,
@@ -139,6 +136,7 @@ async def open_call(
             expected_usage=expected,
         )
     )
+    await call.limit(tokens=limit_tokens)
     await call.hold(worst_case=worst_case)
     return call
 

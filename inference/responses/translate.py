@@ -38,7 +38,12 @@ _UNSUPPORTED = {
     "conversation": "Stored conversations are not kept; send the whole conversation in 'input'.",
     "prompt": "Stored prompt templates are not supported; send 'instructions' and 'input'.",
 }
-_PARAM_NAMES = {"max_tokens": "max_output_tokens", "response_format": "text.format"}
+_PARAM_NAMES = {
+    "max_tokens": "max_output_tokens",
+    "response_format": "text.format",
+    "reasoning_effort": "reasoning.effort",
+    "verbosity": "text.verbosity",
+}
 _INPUT_ROLES = {"user", "system", "developer", "assistant"}
 
 
@@ -211,6 +216,22 @@ def _response_format(text: Any) -> JSON | None:
     return {"type": fmt.get("type")}
 
 
+def _reported_only(data: JSON) -> JSON:
+    """``reasoning.effort`` and ``text.verbosity`` as the chat fields they are: accepted, not
+    forwarded, and reported in ``ignored_params`` where the model does not support them."""
+    out: JSON = {}
+    reasoning = data.get("reasoning")
+    if reasoning is not None:
+        if not isinstance(reasoning, dict):
+            raise invalid_type("reasoning", "an object")
+        if reasoning.get("effort") is not None:
+            out["reasoning_effort"] = reasoning["effort"]
+    text = data.get("text")
+    if isinstance(text, dict) and text.get("verbosity") is not None:
+        out["verbosity"] = text["verbosity"]
+    return out
+
+
 def parse_responses_request(data: JSON) -> ResponsesRequest:
     """Validate a Responses request as the chat request it becomes (400 names the Responses
     field); the chat request needs the ``responses`` capability besides its own."""
@@ -239,12 +260,17 @@ def parse_responses_request(data: JSON) -> ResponsesRequest:
         "response_format": _response_format(data.get("text")),
     }
     body.update({k: v for k, v in optional.items() if v is not None})
+    body.update(_reported_only(data))
     try:
         chat = parse_chat_request(body)
     except InvalidRequest as exc:
         exc.param = _rename_param(exc.param)
         raise
-    chat = dataclasses.replace(chat, capabilities=chat.capabilities | {"responses"})
+    chat = dataclasses.replace(
+        chat,
+        capabilities=chat.capabilities | {"responses"},
+        max_output_param="max_output_tokens",
+    )
     echo = {
         "instructions": data.get("instructions"),
         "max_output_tokens": data.get("max_output_tokens"),

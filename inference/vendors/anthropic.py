@@ -281,11 +281,15 @@ class AnthropicAdapter:
 
     def _raise(self, target: VendorTarget, status: int, text: str) -> None:
         try:
-            message = json.loads(text).get("error", {}).get("message", "")
-        except (ValueError, AttributeError):
-            message = ""
+            message, code, param = errors.error_fields(json.loads(text))
+        except ValueError:
+            message, code, param = "", None, None
         raise errors.from_status(
-            status, f"{target.vendor} returned {status}: {message}"[:500], vendor=target.vendor
+            status,
+            f"{target.vendor} returned {status}: {message}"[:500],
+            vendor=target.vendor,
+            code=code,
+            param=param,
         )
 
     async def chat(self, target: VendorTarget, payload: JSON) -> JSON:

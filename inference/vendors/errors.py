@@ -7,8 +7,10 @@ about the request itself and is not.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 
@@ -58,10 +60,28 @@ class VendorMisconfigured(VendorError):
 
 
 class VendorRejected(VendorError):
-    """The vendor refused the request itself (4xx): trying elsewhere would not help."""
+    """The vendor refused the request itself (4xx): trying elsewhere would not help.
+
+    ``code`` / ``param``: OpenAI's error code and the request field at fault, where the vendor
+    said which (its own OpenAI-style ``code``/``param``, or a context overflow recognised in its
+    message: ``context_length_exceeded`` on ``messages``); ``None`` when it did not.
+    """
 
     retryable = False
     kind = "vendor_rejected"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        vendor: str = "",
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message, status=status, vendor=vendor)
+        self.code = code
+        self.param = param
 
 
 class VendorProtocolError(VendorError):
@@ -70,15 +90,52 @@ class VendorProtocolError(VendorError):
     kind = "vendor_protocol_error"
 
 
-def from_status(status: int, message: str, *, vendor: str) -> VendorError:
-    """The error for a non-2xx vendor status."""
+# How vendors word a prompt that does not fit (OpenAI, vLLM, SGLang, Anthropic, DashScope …).
+_CONTEXT_OVERFLOW = re.compile(
+    r"context[ _]length|context window|maximum context|prompt is too long|input is too long"
+    r"|too many (input )?tokens|exceeds? the (model'?s? )?(maximum )?(context|input)",
+    re.IGNORECASE,
+)
+_CODE = re.compile(r"^[a-z][a-z0-9_]{1,63}$")
+
+
+def error_fields(body: Any) -> tuple[str, str | None, str | None]:
+    """``(message, code, param)`` of an OpenAI-style error body — ``{"error": {…}}``, or vLLM's
+    flat ``{"object": "error", …}`` — with a context overflow mapped to OpenAI's
+    ``context_length_exceeded`` on ``messages``. A code that is not an OpenAI-style string (vLLM
+    puts the HTTP status there) is dropped."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        error = body if isinstance(body, dict) and "message" in body else {}
+    message = str(error.get("message") or "")
+    code = error.get("code")
+    code = code if isinstance(code, str) and _CODE.match(code) else None
+    param = error.get("param")
+    param = param if isinstance(param, str) and param else None
+    if code == "context_length_exceeded" or (
+        code in (None, "invalid_request_error", "invalid_value", "invalid_request")
+        and _CONTEXT_OVERFLOW.search(message)
+    ):
+        code, param = "context_length_exceeded", param or "messages"
+    return message, code, param
+
+
+def from_status(
+    status: int,
+    message: str,
+    *,
+    vendor: str,
+    code: str | None = None,
+    param: str | None = None,
+) -> VendorError:
+    """The error for a non-2xx vendor status (``code``/``param``: see :class:`VendorRejected`)."""
     if status == 429:
         return VendorRateLimited(message, status=status, vendor=vendor)
     if status >= 500 or status == 408:
         return VendorServerError(message, status=status, vendor=vendor)
     if status in (401, 403, 404):
         return VendorMisconfigured(message, status=status, vendor=vendor)
-    return VendorRejected(message, status=status, vendor=vendor)
+    return VendorRejected(message, status=status, vendor=vendor, code=code, param=param)
 
 
 @contextmanager

@@ -18,22 +18,25 @@ def _headers(target: VendorTarget) -> dict[str, str]:
     return {"authorization": f"Bearer {target.api_key}"} if target.api_key else {}
 
 
-def _error_message(response: httpx.Response) -> str:
-    """The vendor's own error message, if its body has one (never our request or key)."""
+def _error(response: httpx.Response) -> tuple[str, str | None, str | None]:
+    """The vendor's own error message, code and param, if its body has them (never our request
+    or key); see :func:`errors.error_fields`."""
     try:
-        body = response.json()
-        message = body.get("error", {}).get("message") if isinstance(body, dict) else None
-    except (ValueError, AttributeError):
-        message = None
-    return str(message or response.reason_phrase or "error")[:500]
+        message, code, param = errors.error_fields(response.json())
+    except ValueError:
+        message, code, param = "", None, None
+    return str(message or response.reason_phrase or "error")[:500], code, param
 
 
 def _raise_for_status(target: VendorTarget, response: httpx.Response) -> None:
     if response.status_code >= 400:
+        message, code, param = _error(response)
         raise errors.from_status(
             response.status_code,
-            f"{target.vendor} returned {response.status_code}: {_error_message(response)}",
+            f"{target.vendor} returned {response.status_code}: {message}",
             vendor=target.vendor,
+            code=code,
+            param=param,
         )
 
 
