@@ -27,6 +27,9 @@ import pytest
 import uvicorn
 
 REPO = Path(__file__).resolve().parents[1]
+# The device the session's backend runs on: cpu unless $INFRAI_TEST_DEVICE says cuda (the CUDA
+# check, bench/gpu_check.sh, runs these same tests on a GPU).
+TEST_DEVICE = os.environ.get("INFRAI_TEST_DEVICE", "cpu")
 READY_TIMEOUT_S = 300.0  # the first run converts the GGUF (~25 s); later runs start in seconds
 
 
@@ -72,6 +75,7 @@ def backend_url() -> Iterator[str]:
         sys.executable, "-m", "inference.gpu_backend",
         "--host", "127.0.0.1", "--port", str(port), "--threads", "1",
         "--cache-dir", str(model_cache_dir()), "--max-batch", "8", "--log-level", "warning",
+        "--device", TEST_DEVICE,
     ]  # fmt: skip
     with log.open("wb") as sink:
         process = subprocess.Popen(

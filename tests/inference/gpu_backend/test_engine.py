@@ -16,6 +16,7 @@ from inference.gpu_backend.chat_model import ChatModel, load_chat_model
 from inference.gpu_backend.device import select_device
 from inference.gpu_backend.engine import Delta, Event, GenerationEngine
 from inference.gpu_backend.sampling import SamplingParams
+from tests.gpu import TEST_DEVICE
 from tests.inference.gpu_backend.conftest import model_cache_dir
 
 PROMPTS = [
@@ -29,7 +30,7 @@ PROMPTS = [
 @pytest.fixture(scope="module")
 def chat(backend_url: str) -> Iterator[ChatModel]:
     """SmolLM2 loaded in this process from the converted copy (the server fixture made it)."""
-    yield load_chat_model(model_cache_dir(), select_device("cpu"))
+    yield load_chat_model(model_cache_dir(), select_device(TEST_DEVICE))
 
 
 def generate(

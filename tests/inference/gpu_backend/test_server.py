@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import httpx
 
+from tests.gpu import TEST_DEVICE
+
 MODELS = {
     "SmolLM2-135M-Instruct": "chat",
     "all-MiniLM-L6-v2": "embeddings",
@@ -13,10 +15,12 @@ MODELS = {
 }
 
 
-def test_health_reports_each_model_ready_on_cpu(http: httpx.Client) -> None:
+def test_health_reports_each_model_ready_on_the_test_device(http: httpx.Client) -> None:
     health = http.get("/health").json()
     assert health["ready"] and health["status"] == "ok"
-    assert health["device"] == "cpu" and health["dtype"] == "float32" and health["threads"] == 1
+    assert health["device"] == TEST_DEVICE and health["threads"] == 1
+    expected_dtypes = ("float32",) if TEST_DEVICE == "cpu" else ("bfloat16", "float16")
+    assert health["dtype"] in expected_dtypes
     assert {m: s["kind"] for m, s in health["models"].items()} == MODELS
     assert all(
         s["state"] == "ready" and s["load_seconds"] is not None for s in health["models"].values()
