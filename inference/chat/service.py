@@ -128,7 +128,7 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
         raise with_max_tokens_hint(exc, chat, decision.candidates) from None
     if chat.stream:
         async with call.closed_on_failure():
-            return await _open_stream(call, chat, payload)
+            return await _open_stream(call, chat, payload, key)
     body = await call.call_and_settle(
         lambda adapter, target, _c: adapter.chat(target, payload),
         lambda answer: completion_usage(call, chat, answer),
@@ -266,8 +266,8 @@ async def open_upstream_stream(
 class ChatMeter:
     """The chat stream's :class:`~inference.relay.Meter` (see the module docstring)."""
 
-    def __init__(self, call: Call, chat: ChatRequest) -> None:
-        self.call, self.chat = call, chat
+    def __init__(self, call: Call, chat: ChatRequest, cache_key: str | None = None) -> None:
+        self.call, self.chat, self.cache_key = call, chat, cache_key
         self.base: JSON = {
             "id": _completion_id(call),
             "object": "chat.completion.chunk",
@@ -279,6 +279,10 @@ class ChatMeter:
         self.usage_invalid = False
         self.finished_choices: set[int] = set()
         self.pending: JSON | None = None  # the latest chunk with a finish_reason, held back
+        # What a cache entry needs (content-only answers: tool-call deltas are not assembled).
+        self.texts: dict[int, list[str]] = {}
+        self.finish_reasons: dict[int, str] = {}
+        self.cacheable = cache_key is not None
 
     def start(self) -> Iterable[bytes]:
         return ()
@@ -308,10 +312,17 @@ class ChatMeter:
         text = ""
         finished = False
         for choice in choices:
-            text += _message_text(choice.get("delta") or {})
+            delta = choice.get("delta") or {}
+            piece = _message_text(delta)
+            text += piece
+            index = int(choice.get("index") or 0)
+            self.texts.setdefault(index, []).append(piece)
+            if delta.get("tool_calls") or delta.get("function_call"):
+                self.cacheable = False
             if choice.get("finish_reason") is not None:
                 finished = True
-                self.finished_choices.add(int(choice.get("index") or 0))
+                self.finished_choices.add(index)
+                self.finish_reasons[index] = str(choice["finish_reason"])
         self.delivered.append(text)
         if finished:
             self.pending = chunk
@@ -329,7 +340,29 @@ class ChatMeter:
             return self.vendor_usage, False, note
         return estimate_usage(self.chat, "".join(self.delivered)), True, note
 
+    def _store(self, call: Call) -> None:
+        """Keep a deterministic stream's answer for the exact cache (as a completion)."""
+        if not self.cacheable or self.cache_key is None or call.usage_estimated:
+            return
+        body: JSON = {
+            **self.base,
+            "object": "chat.completion",
+            "choices": [
+                {
+                    "index": index,
+                    "message": {"role": "assistant", "content": "".join(self.texts[index])},
+                    "finish_reason": self.finish_reasons.get(index),
+                    "logprobs": None,
+                }
+                for index in sorted(self.texts)
+            ],
+            "usage": openai_chat_usage(call.usage),
+        }
+        spawn(response_cache.store(self.cache_key, {"body": body, **call.served()}))
+
     def tail(self, call: Call, fault: relay.Fault | None) -> Iterable[bytes]:
+        if fault is None:
+            self._store(call)
         infrai = call.infrai()
         out: list[bytes] = []
         if self.pending is not None:
@@ -350,11 +383,13 @@ class ChatMeter:
         return out
 
 
-async def _open_stream(call: Call, chat: ChatRequest, payload: JSON) -> StreamingResponse:
+async def _open_stream(
+    call: Call, chat: ChatRequest, payload: JSON, cache_key: str | None
+) -> StreamingResponse:
     """Open the upstream stream, then hand the relay to the consumer."""
     upstream, first = await open_upstream_stream(call, payload)
     call.ttft_ms = (time.perf_counter_ns() - call.request.started_ns) // 1_000_000
-    meter = ChatMeter(call, chat)
+    meter = ChatMeter(call, chat, cache_key)
     chunks = relay.relay(call, relay.prepend(first, upstream), meter, upstream.aclose)
 
     async def on_close() -> None:  # the response ended before the relay started

@@ -69,6 +69,9 @@ def test_the_javascript_sdk_streams_chat_embeds_and_speaks(node, issue_key, api_
         ),
     )
 
+    # The spec's loop without guards: no empty-choices chunk when usage was not asked for.
+    assert out["specLoop"]["text"] == "Echo: Write a haiku about smart routing."
+
     embeddings = out["embeddings"]
     assert embeddings["model"] == "all-MiniLM-L6-v2" and embeddings["dimensions"] == 384
     assert embeddings["cosine"] > 0.5  # real sentence embeddings: cat ~ kitten

@@ -24,6 +24,20 @@ async function chat() {
   return { text, chunks, usage: last.usage, infrai: last.infrai };
 }
 
+// The spec's streaming loop as JavaScript users write it: chunk.choices[0].delta, no guards.
+async function specLoop() {
+  const stream = await client.chat.completions.create({
+    model: env.INFRAI_CHAT_MODEL,
+    messages: [{ role: "user", content: "Write a haiku about smart routing." }],
+    stream: true,
+  });
+  let text = "";
+  for await (const chunk of stream) {
+    text += chunk.choices[0].delta.content || "";
+  }
+  return { text };
+}
+
 async function embeddings() {
   const resp = await client.embeddings.create({ model: env.INFRAI_EMBED_MODEL, input: ["a cat", "a kitten"] });
   const [a, b] = resp.data.map((d) => d.embedding);
@@ -46,4 +60,11 @@ async function speech() {
   };
 }
 
-console.log(JSON.stringify({ chat: await chat(), embeddings: await embeddings(), speech: await speech() }));
+console.log(
+  JSON.stringify({
+    chat: await chat(),
+    specLoop: await specLoop(),
+    embeddings: await embeddings(),
+    speech: await speech(),
+  }),
+);
