@@ -1,9 +1,16 @@
-"""The monthly statement as CSV and PDF (reportlab). Amounts are exact USD decimals."""
+"""The monthly statement as CSV and PDF (reportlab). Amounts are exact USD decimals.
+
+Names and descriptions come from customers. In the PDF, reportlab's ``Paragraph`` parses its
+text as markup (``<img src=…>`` would embed a file from the server's disk, a malformed tag
+raises): every customer string is XML-escaped before it goes into one (table cells are plain
+text). In the CSV, text cells that a spreadsheet would run as a formula get a leading ``'``.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
+from xml.sax.saxutils import escape
 
 from reportlab.lib import colors
 from reportlab.lib.pagesizes import A4
@@ -24,10 +31,20 @@ def statement_csv(statement: Statement) -> str:
     writer.writerow([first, "Opening balance", "", nanos_to_usd_str(statement.opening_nanos)])
     for line in statement.lines:
         writer.writerow(
-            [line.day.isoformat(), line.kind, line.description, nanos_to_usd_str(line.amount_nanos)]
+            [
+                line.day.isoformat(),
+                csv_text(line.kind),
+                csv_text(line.description),
+                nanos_to_usd_str(line.amount_nanos),
+            ]
         )
     writer.writerow(["", "Closing balance", "", nanos_to_usd_str(statement.closing_nanos)])
     return out.getvalue()
+
+
+def csv_text(value: str) -> str:
+    """``value`` made inert for spreadsheets (a leading ``= + - @`` would start a formula)."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
 
 
 def statement_pdf(statement: Statement) -> bytes:
@@ -73,7 +90,7 @@ def statement_pdf(statement: Statement) -> bytes:
         )
     )
     story = [
-        Paragraph(f"Statement for {statement.organization_name}", styles["Title"]),
+        Paragraph(f"Statement for {escape(statement.organization_name)}", styles["Title"]),
         Paragraph(f"Month: {statement.month:%B %Y} (UTC)", styles["Normal"]),
         Spacer(1, 6 * mm),
         table,
