@@ -20,7 +20,7 @@ from django.utils import timezone
 from billing.money import nanos_to_usd_str
 from catalog import health
 from catalog.models import Capability, Parameter
-from catalog.routing import ROUTING_MODES, resolve_model_name
+from catalog.routing import ROUTING_MODES, resolve_model_name, routing_mode
 from catalog.selectors import catalog_snapshot, listed_models, models_matching
 from catalog.types import (
     CatalogSnapshot,
@@ -145,8 +145,9 @@ async def list_models(request: ApiRequest) -> Response:
 async def retrieve_model(request: ApiRequest) -> Response:
     """One model (or routing mode) with details, or 404 ``model_not_found``."""
     name = request.path_params["model"]
-    if name in ROUTING_MODES:
-        return json_response(_mode_object(name, details=True))
+    mode = routing_mode(name)
+    if mode is not None:
+        return json_response(_mode_object(mode, details=True))
     snapshot = await catalog_snapshot()
     resolved = resolve_model_name(snapshot, name)
     if resolved is None:

@@ -159,6 +159,9 @@ def test_retrieve_model_details_prices_and_availability(routable_fake, issue_key
 
     auto = client.models.retrieve("auto").model_dump()
     assert auto["routing_mode"] is True
+    # Modes are case-insensitive like model ids.
+    assert client.models.retrieve("Auto").model_dump()["id"] == "auto"
+    assert client.models.retrieve("FAKE-chat").id == "fake-chat"
 
 
 def test_unknown_model_is_an_openai_404(routable_fake, issue_key):
