@@ -55,6 +55,13 @@ class ResponsesRequest:
     echo: JSON
 
 
+def responses_param(param: str | None) -> str | None:
+    """A chat request field (as a refusal names it — routing's ``messages``, ``max_tokens``,
+    ``response_format`` …) named as the Responses request spells it (``input``,
+    ``max_output_tokens``, ``text.format``)."""
+    return _rename_param(param)
+
+
 def _rename_param(param: str | None) -> str | None:
     if param is None:
         return None
