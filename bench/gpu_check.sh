@@ -102,7 +102,7 @@ step "for docs/performance.md"
     [ "$DEVICE" = cuda ] && echo "### CUDA" || echo "### $DEVICE (dry run of bench/gpu_check.sh)"
     echo
     echo "Measured $(date -u +%Y-%m-%d) with \`bash bench/gpu_check.sh\` on ${GPU_NAME}"
-    echo "(${TORCH_LINE}); backend correctness tests on CUDA: ${TESTS_LINE}."
+    echo "(${TORCH_LINE}); backend correctness tests on ${DEVICE}: ${TESTS_LINE}."
     echo
     cat "$OUT/bench.md" 2>/dev/null
 } | tee "$OUT/summary.md"
