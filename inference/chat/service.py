@@ -117,31 +117,42 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
             payload=chat.payload,
             extra=[chat.task, chat.prefer],
         )
-        hit = await response_cache.lookup(key)
+        hit = await response_cache.find(key)
         if hit is not None:
             return await _answer_from_cache(call, chat, hit)
+    if chat.stream:
+        await _route_and_hold(call, chat)
+        async with call.closed_on_failure():
+            return await _open_stream(call, chat, payload, key)
+    leader = None if key is None else response_cache.lead(key)  # identical requests wait
+    try:
+        await _route_and_hold(call, chat)
+        body = await call.call_and_settle(
+            lambda adapter, target, _c: adapter.chat(target, payload),
+            lambda answer: completion_usage(call, chat, answer),
+        )
+        body["id"] = _completion_id(call)
+        body["object"] = "chat.completion"
+        body["model"] = call.served()["model"]
+        body["usage"] = openai_chat_usage(call.usage)
+        if key is not None and leader is not None and not call.usage_estimated:
+            entry = {"body": dict(body), **call.served()}
+            leader.done(entry)
+            spawn(response_cache.store(key, entry))
+    finally:
+        if leader is not None:
+            leader.close()
+    body["infrai"] = call.infrai()
+    return json_response(body, headers=call.headers())
 
+
+async def _route_and_hold(call: Call, chat: ChatRequest) -> None:
+    """Route, then hold the worst case (a 402 says which ``max_tokens`` would fit)."""
     decision = await call.route(routing_request(chat))
     try:
         await call.hold(worst_case=lambda candidate: worst_case(chat, candidate))
     except InsufficientQuota as exc:
         raise with_max_tokens_hint(exc, chat, decision.candidates) from None
-    if chat.stream:
-        async with call.closed_on_failure():
-            return await _open_stream(call, chat, payload, key)
-    body = await call.call_and_settle(
-        lambda adapter, target, _c: adapter.chat(target, payload),
-        lambda answer: completion_usage(call, chat, answer),
-    )
-    body["id"] = _completion_id(call)
-    body["object"] = "chat.completion"
-    body["model"] = call.served()["model"]
-    body["usage"] = openai_chat_usage(call.usage)
-    if key is not None and not call.usage_estimated:
-        entry = {"body": {k: v for k, v in body.items() if k != "infrai"}, **call.served()}
-        spawn(response_cache.store(key, entry))
-    body["infrai"] = call.infrai()
-    return json_response(body, headers=call.headers())
 
 
 def with_max_tokens_hint(
@@ -204,30 +215,39 @@ async def _answer_from_cache(
     return StreamingResponse(_replay(call, chat, body), headers=_stream_headers(call, final=True))
 
 
-async def _replay(call: Call, chat: ChatRequest, body: JSON) -> AsyncIterator[bytes]:
-    """A cached completion as the chunks a live stream would have sent (same shape)."""
+def completion_chunks(body: JSON) -> list[JSON]:
+    """A completion as the chunks a live stream sends: per choice its content (and tool
+    calls), then its ``finish_reason`` — no ``infrai``, no usage chunk."""
     base = {
         "id": body["id"],
         "object": "chat.completion.chunk",
         "created": body.get("created", int(time.time())),
         "model": body["model"],
     }
-    choices = body.get("choices", [])
-    for position, choice in enumerate(choices):
+    chunks: list[JSON] = []
+    for choice in body.get("choices", []):
         message = choice.get("message") or {}
         delta: JSON = {"role": "assistant", "content": message.get("content")}
         if message.get("tool_calls"):
             delta["tool_calls"] = [{**tc, "index": i} for i, tc in enumerate(message["tool_calls"])]
         index = choice.get("index", 0)
-        yield sse.encode(
+        finish = {"index": index, "delta": {}, "finish_reason": choice.get("finish_reason")}
+        chunks.append(
             {**base, "choices": [{"index": index, "delta": delta, "finish_reason": None}]}
         )
-        finish = {"index": index, "delta": {}, "finish_reason": choice.get("finish_reason")}
-        last: JSON = {**base, "choices": [finish]}
-        if position == len(choices) - 1:
-            last["infrai"] = call.infrai()
-        yield sse.encode(last)
+        chunks.append({**base, "choices": [finish]})
+    return chunks
+
+
+async def _replay(call: Call, chat: ChatRequest, body: JSON) -> AsyncIterator[bytes]:
+    """A cached completion as the chunks a live stream would have sent (same shape)."""
+    chunks = completion_chunks(body)
+    if chunks:
+        chunks[-1]["infrai"] = call.infrai()
+    for chunk in chunks:
+        yield sse.encode(chunk)
     if chat.include_usage:
+        base = {k: chunks[0][k] for k in ("id", "object", "created", "model")} if chunks else {}
         yield sse.encode(
             {**base, "choices": [], "usage": body.get("usage"), "infrai": call.infrai()}
         )

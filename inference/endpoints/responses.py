@@ -12,24 +12,25 @@ success. Responses are not stored (``store`` is accepted and reported false).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from billing.pricing import Usage
-from inference import relay
+from inference import relay, response_cache
 from inference.chat.service import (
+    completion_chunks,
     completion_usage,
     estimate_usage,
     open_upstream_stream,
     output_cap,
     routing_request,
+    usage_from,
     worst_case,
 )
 from inference.chat.validation import ChatRequest
-from inference.endpoints import metered
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
 from inference.models import RequestStatus
-from inference.pipeline import Call
+from inference.pipeline import Call, spawn
 from inference.responses.translate import (
     ResponsesRequest,
     StreamTranslator,
@@ -55,15 +56,40 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
     call.prompt = str(chat.payload["messages"])[:20000]
     payload = {k: v for k, v in chat.payload.items() if k != "max_tokens" or v is not None}
     await call.limit(tokens=chat.prompt_tokens_likely + output_cap(chat))
+    key = None
+    if chat.cache_allowed and chat.deterministic:
+        key = response_cache.cache_key(
+            organization_id=call.key.organization_id,
+            endpoint=ENDPOINT,
+            payload=chat.payload,
+            extra=[chat.task, chat.prefer],
+        )
+        hit = await response_cache.find(key)
+        if hit is not None:
+            return await _answer_from_cache(call, parsed, hit)
     await call.route(routing_request(chat))
     await call.hold(worst_case=lambda candidate: worst_case(chat, candidate))
     if chat.stream:
         return await _open_stream(call, parsed, payload)
-    body = await metered.call_and_settle(
-        call,
-        lambda adapter, target, _c: adapter.chat(target, payload),
-        lambda answer: completion_usage(call, chat, answer),
-    )
+    leader = None if key is None else response_cache.lead(key)
+    try:
+        body = await call.call_and_settle(
+            lambda adapter, target, _c: adapter.chat(target, payload),
+            lambda answer: completion_usage(call, chat, answer),
+        )
+        if key is not None and leader is not None and not call.usage_estimated:
+            cached = {**body, "id": "cached", "model": call.served()["model"]}
+            entry = {"body": cached, **call.served()}
+            leader.done(entry)
+            spawn(response_cache.store(key, entry))
+    finally:
+        if leader is not None:
+            leader.close()
+    return _render(call, parsed, body)
+
+
+def _render(call: Call, parsed: ResponsesRequest, body: JSON) -> Response:
+    """The ``response`` object of a completion ``body`` (live or cached)."""
     output, finish_reason = output_items(body)
     out = response_object(
         response_id=_response_id(call),
@@ -76,6 +102,34 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
     )
     out["infrai"] = call.infrai()
     return json_response(out, headers=call.headers())
+
+
+async def _answer_from_cache(
+    call: Call, parsed: ResponsesRequest, hit: dict[str, Any]
+) -> Response | StreamingResponse:
+    """A cached answer: costs nothing, logged like any call, streamed if asked."""
+    call.cache_hit = True
+    call.cached = {k: hit[k] for k in ("vendor", "model", "region", "routing", "ignored_params")}
+    body = dict(hit["body"])
+    call.charge(usage_from(body) or Usage())
+    await call.finish(status=RequestStatus.OK, http_status=200)
+    if not parsed.chat.stream:
+        return _render(call, parsed, body)
+    translator = StreamTranslator(
+        response_id=_response_id(call), model=call.served()["model"], echo=parsed.echo
+    )
+
+    async def replay() -> AsyncIterator[bytes]:
+        for event in translator.start():
+            yield event
+        for chunk in completion_chunks(body):
+            for event in translator.feed(chunk):
+                yield event
+        for event in translator.completed(call.usage, call.infrai()):
+            yield event
+
+    headers = {**call.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"}
+    return StreamingResponse(replay(), headers=headers)
 
 
 async def _open_stream(call: Call, parsed: ResponsesRequest, payload: JSON) -> StreamingResponse:

@@ -1,0 +1,76 @@
+"""The exact cache beyond plain chat: coalescing of identical requests in flight, Responses,
+and streamed deterministic calls (a hit is billed 0, logged, and shaped like a live answer)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from billing.models import EntryKind, LedgerEntry
+from inference.models import RequestLog
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DETERMINISTIC = {
+    "model": "test-large",
+    "messages": [{"role": "user", "content": "same question"}],
+    "temperature": 0,
+}
+
+
+def test_identical_requests_in_flight_reach_the_vendor_once(issue_key, client_for, fake_catalog):
+    fake_catalog["primary"].stall_s = 1.0
+    client = client_for(issue_key(), timeout=30)
+    answers: list[object] = []
+
+    def ask() -> None:
+        answers.append(client.chat.completions.create(**DETERMINISTIC))
+
+    threads = [threading.Thread(target=ask) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(answers) == 5
+    assert len(fake_catalog["primary"].requests) == 1  # one vendor call for five callers
+    assert {a.choices[0].message.content for a in answers} == {"Echo: same question"}
+    paid = [a for a in answers if not a.infrai["cache"]]
+    assert len(paid) == 1 and all(a.infrai["cost_nanos"] == 0 for a in answers if a not in paid)
+    usage = LedgerEntry.objects.filter(kind=EntryKind.USAGE)
+    assert [e.request_id for e in usage] == [paid[0].infrai["request_id"]]
+    assert RequestLog.objects.filter(cache_hit=True).count() == 4
+
+
+def test_a_failed_leader_lets_waiting_requests_call_for_themselves(
+    issue_key, client_for, fake_catalog
+):
+    fake_catalog["primary"].stall_s = 0.5
+    fake_catalog["primary"].fail_statuses = [400]  # the first request is refused by the vendor
+    client = client_for(issue_key(), timeout=30)
+    results: list[object] = []
+
+    def ask() -> None:
+        try:
+            results.append(client.chat.completions.create(**DETERMINISTIC).choices[0])
+        except Exception as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 3
+    assert sum(isinstance(r, Exception) for r in results) == 1
+    assert len(fake_catalog["primary"].requests) >= 2
+
+
+def test_deterministic_responses_are_cached(issue_key, client_for, fake_catalog):
+    client = client_for(issue_key())
+    first = client.responses.create(model="test-large", input="cache me", temperature=0)
+    second = client.responses.create(model="test-large", input="cache me", temperature=0)
+    assert first.output_text == second.output_text == "Echo: cache me"
+    assert (first.infrai["cache"], second.infrai["cache"]) == (False, True)
+    assert second.infrai["cost_nanos"] == 0
+    assert len(fake_catalog["primary"].requests) == 1
