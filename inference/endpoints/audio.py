@@ -30,7 +30,7 @@ import binascii
 import io
 import json
 import math
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -48,7 +48,7 @@ from config.errors import (
     invalid_type,
     missing_param,
 )
-from inference import multipart
+from inference import multipart, relay
 from inference.chat.validation import number
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
@@ -56,7 +56,6 @@ from inference.models import RequestStatus
 from inference.multipart import Upload
 from inference.pipeline import Call
 from inference.vendors.base import JSON
-from inference.vendors.errors import VendorError
 
 SPEECH_ENDPOINT = "audio.speech"
 TRANSCRIPTION_ENDPOINT = "audio.transcriptions"
@@ -147,30 +146,46 @@ async def speech(request: ApiRequest) -> StreamingResponse:
     call.charge(usage)
     if not content_type.startswith("audio/"):
         content_type = SPEECH_FORMATS[parsed.response_format]
+    meter = SpeechMeter(usage)
 
-    async def relay() -> AsyncIterator[bytes]:
-        status, code = RequestStatus.CANCELLED, "client_disconnected"
-        call.streaming(lambda: usage)
-        try:
-            async for chunk in audio:
-                yield chunk
-            status, code = RequestStatus.OK, ""
-        except VendorError:
-            # The audio is cut short: nothing is charged for it.
-            call.vendor_failed_midway()
-            call.charge(Usage())
-            status, code = RequestStatus.VENDOR_ERROR, "vendor_stream_interrupted"
-        finally:
-            await audio.aclose()
-            await call.finish(status=status, http_status=200, error_code=code)
-
-    async def on_close() -> None:
+    async def on_close() -> None:  # the response ended before the relay started
         await audio.aclose()
         await call.finish(status=RequestStatus.CANCELLED, http_status=499)
 
     return StreamingResponse(
-        relay(), headers=call.headers(), content_type=content_type.encode(), on_close=on_close
+        relay.relay(call, audio, meter, audio.aclose),
+        headers=call.headers(),
+        content_type=content_type.encode(),
+        on_close=on_close,
     )
+
+
+class SpeechMeter:
+    """The speech stream's :class:`~inference.relay.Meter`: audio bytes relayed as they come.
+
+    The input's characters are charged when the audio was sent whole or the client left; audio
+    that the vendor cut short costs nothing (a binary stream has no error channel: it ends).
+    """
+
+    def __init__(self, usage: Usage) -> None:
+        self._usage = usage
+
+    def start(self) -> Iterable[bytes]:
+        return ()
+
+    def feed(self, item: Any) -> Iterable[bytes]:
+        if not isinstance(item, bytes):
+            raise relay.MalformedChunk("audio that is not bytes")
+        return (item,)
+
+    def complete(self) -> bool:
+        return False
+
+    def usage(self, outcome: relay.Outcome) -> tuple[Usage, bool, str]:
+        return (Usage() if outcome is relay.Outcome.FAULT else self._usage), False, ""
+
+    def tail(self, call: Call, fault: relay.Fault | None) -> Iterable[bytes]:
+        return ()
 
 
 # --- transcriptions --------------------------------------------------------------------------

@@ -19,7 +19,6 @@ from billing.pricing import Usage
 from catalog.routing import PREFERENCES, Candidate, RoutingRequest, prefer_refusal
 from config.errors import InvalidRequest, invalid_type, missing_param
 from inference.http import ApiRequest
-from inference.models import RequestStatus
 from inference.pipeline import Call
 from inference.vendors import Adapter, VendorTarget
 
@@ -151,9 +150,4 @@ async def call_and_settle(
     error or a refused answer charges nothing and re-raises; a cancelled call (client gone)
     charges nothing and is logged as 499; any other exception is logged as a 500.
     """
-    async with call.closed_on_failure():
-        result = await call.call(fn)
-        usage, estimated = usage_of(result)
-    call.charge(usage, estimated=estimated)
-    await call.finish(status=RequestStatus.OK, http_status=200)
-    return result
+    return await call.call_and_settle(fn, usage_of)
