@@ -7,6 +7,7 @@ Setting ``DATABASE_URL`` / ``REDIS_URL`` switches to PostgreSQL / Redis.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -199,3 +200,24 @@ INFRAI_IMAGE_URL_TTL_S = env.int("INFRAI_IMAGE_URL_TTL_S", default=3600)
 INFRAI_MAX_AUDIO_SECONDS = env.int("INFRAI_MAX_AUDIO_SECONDS", default=7200)
 # The deployment rules as `manage.py check --deploy` system checks (config/checks.py).
 import config.checks  # noqa: E402, F401
+
+# Login throttling (django-axes) on the dashboard's and the admin's login forms: after
+# AXES_FAILURE_LIMIT wrong passwords for one user name from one address, that pair is locked
+# out (HTTP 429) for AXES_COOLOFF_TIME; a successful login resets the count. Attempts are rows
+# in the database (shared by every web process; staff see them in the admin).
+INSTALLED_APPS += ["axes"]
+MIDDLEWARE += ["axes.middleware.AxesMiddleware"]  # last, as axes requires
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# Both login forms post the e-mail address as "username" (axes would look for USERNAME_FIELD).
+AXES_USERNAME_FORM_FIELD = "username"
+# uvicorn sets REMOTE_ADDR from X-Forwarded-For only for trusted proxies (FORWARDED_ALLOW_IPS).
+AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
+AXES_VERBOSE = False
