@@ -56,8 +56,9 @@ def invitation_email_send(*, invitation: Invitation, accept_url: str) -> None:
         "registration/invitation_email.txt",
         {"invitation": invitation, "url": accept_url},
     )
+    name = " ".join(invitation.organization.name.split())  # a header is one line
     send_mail(
-        f"You are invited to {invitation.organization.name} on infrai",
+        f"You are invited to {name} on infrai",
         body,
         None,
         [invitation.email],

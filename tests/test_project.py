@@ -22,6 +22,7 @@ def _production_env(**extra):
         INFRAI_KEY_PEPPER="pepper-for-the-check",
         DJANGO_ALLOWED_HOSTS="api.infrai.cc",
         DATABASE_URL=os.environ.get("DATABASE_URL", "postgres://u@127.0.0.1:5432/infrai"),
+        REDIS_URL=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/1"),
         STRIPE_SECRET_KEY="sk_test_check",
         STRIPE_WEBHOOK_SECRET="whsec_check",
         **extra,
