@@ -388,3 +388,53 @@ def test_ids_that_are_not_cl100k_tokens_are_a_400(issue_key, client_for):
         client_for(issue_key()).embeddings.create(model=MINILM, input=[[15339, 100256]])
     assert caught.value.body["param"] == "input[0]"
     assert not Hold.objects.exists()
+
+
+# --- item 3, end to end: needs the chat service to pass the prompt's tokens to routing -------
+
+_WIRING = (
+    "inference/chat/service.py must pass prompt_tokens=chat.prompt_tokens, max_output_tokens="
+    "chat.max_output_tokens and max_output_param=chat.max_output_param to RoutingRequest; "
+    "remove this marker once it does"
+)
+LONG = [{"role": "user", "content": "word " * 30_000}]  # ~30,000 tokens; test-small has 32,000
+
+
+@pytest.mark.xfail(strict=True, reason=_WIRING)
+def test_context_window_and_output_limit_are_400s_before_the_hold(issue_key, api_base, fakes):
+    key = issue_key()
+    over = _post(
+        api_base,
+        key,
+        "chat/completions",
+        {"model": "test-small", "messages": LONG, "max_tokens": 4000},
+    )
+    assert over.status_code == 400
+    assert (over.json()["error"]["code"], over.json()["error"]["param"]) == (
+        "context_length_exceeded",
+        "messages",
+    )
+    too_many = _post(
+        api_base,
+        key,
+        "chat/completions",
+        {"model": "test-small", "messages": USER, "max_tokens": 5000},
+    )
+    assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "max_tokens"
+    assert not Hold.objects.exists() and fakes["primary"].requests == []
+
+
+@pytest.mark.xfail(strict=True, reason=_WIRING)
+def test_without_max_tokens_a_long_prompt_is_served_within_the_context_window(
+    issue_key, api_base, fakes
+):
+    served = _post(
+        api_base, issue_key(), "chat/completions", {"model": "test-small", "messages": LONG}
+    )
+    assert served.status_code == 200, served.text
+    sent = fakes["primary"].requests[-1]
+    assert sent.get("max_tokens") is None or sent["max_tokens"] <= 2_000
+    routed = _post(
+        api_base, issue_key(), "chat/completions", {"model": "auto", "messages": LONG * 2}
+    )
+    assert routed.status_code == 400 and routed.json()["error"]["code"] == "context_length_exceeded"
