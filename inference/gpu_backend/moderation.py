@@ -7,9 +7,18 @@ scores lie in [0, 1]. One extra, implicit harmless neighbour with a fixed "backg
 similarity votes in every softmax: text that is not clearly close to any violating exemplar
 stays harmless instead of inheriting the label of a distant nearest neighbour.
 
+The decision is taken in two steps. *Flagged* compares the "harmful" score (the share of the
+vote held by violating exemplars of any category) with the threshold, so text whose violating
+neighbours are split between categories is judged on all of them together, and text whose
+neighbours are mostly harmless (the exemplars include harmless sentences about every
+category's topic: wars, knives, medicine, sex education, "kill the process") is not flagged.
+*Categories* of flagged text are the ones holding at least ``CATEGORY_SHARE`` of the harmful
+vote, and always the highest-scoring one.
+
 Calibration runs when the model loads, on the exemplars themselves (leave-one-out): the
-background similarity and the flagging threshold are chosen together to maximise F1 of
-"flagged" against "has any category".
+background similarity and the flagging threshold are chosen together to maximise F-beta
+(β = 0.7, so a false positive weighs about twice a miss) of "flagged" against "has any
+category".
 """
 
 from __future__ import annotations
@@ -21,8 +30,10 @@ import torch
 from .embeddings import Encoder
 from .moderation_exemplars import CATEGORIES, EXEMPLARS
 
-NEIGHBOURS = 8
-SHARPNESS = 20.0  # softmax temperature 1/20 over cosine similarities
+NEIGHBOURS = 12
+SHARPNESS = 10.0  # softmax temperature 1/10 over cosine similarities
+CATEGORY_SHARE = 0.4  # a flagged text's categories: those with ≥ 40 % of its harmful vote
+BETA = 0.7  # calibration maximises F-beta: a false positive costs about twice a miss (1/β²)
 THRESHOLD_BOUNDS = (0.3, 0.7)
 BACKGROUND_GRID = tuple(step / 100 for step in range(20, 61, 5))
 
@@ -36,7 +47,7 @@ class ModerationResult:
 
     @property
     def flagged(self) -> bool:
-        """True when any category is over the threshold."""
+        """True when any category is set (exactly when the harmful vote reached the threshold)."""
         return any(self.categories.values())
 
 
@@ -53,34 +64,48 @@ def knn_scores(
     return torch.einsum("nk,nkc->nc", weights, labels[index])
 
 
-def f1_at(peak: torch.Tensor, positive: torch.Tensor, threshold: float) -> float:
-    """F1 of ``peak >= threshold`` against ``positive``."""
+def with_harmful(labels: torch.Tensor) -> torch.Tensor:
+    """``labels`` plus a last column that is 1 for every exemplar carrying any category."""
+    return torch.cat([labels, (labels.sum(dim=1, keepdim=True) > 0).to(labels.dtype)], dim=1)
+
+
+def fbeta_at(
+    peak: torch.Tensor, positive: torch.Tensor, threshold: float, beta: float = 1.0
+) -> float:
+    """F-beta of ``peak >= threshold`` against ``positive`` (``beta`` 1: F1; below 1 weighs
+    precision more)."""
     predicted = peak >= threshold
     tp = int((predicted & positive).sum())
     fp = int((predicted & ~positive).sum())
     fn = int((~predicted & positive).sum())
-    return 2 * tp / max(1, 2 * tp + fp + fn)
+    b2 = beta * beta
+    return (1 + b2) * tp / max(1e-9, (1 + b2) * tp + b2 * fn + fp)
 
 
 def calibrate(similarities: torch.Tensor, labels: torch.Tensor) -> tuple[float, float, float]:
-    """``(background, threshold, f1)`` maximising leave-one-out F1 of "flagged".
+    """``(background, threshold, f1)`` maximising leave-one-out F-beta (``BETA``) of "flagged";
+    ``f1`` is the plain F1 at the chosen point.
 
-    ``similarities`` is exemplar × exemplar with the diagonal already masked. Thresholds are
-    searched within ``THRESHOLD_BOUNDS``; ties prefer a threshold nearer 0.5, then a higher
-    background (the more conservative choice about flagging).
+    ``similarities`` is exemplar × exemplar with the diagonal already masked; ``labels`` the
+    exemplars' category matrix. "Flagged" is the harmful vote at or over the threshold.
+    Thresholds are searched within ``THRESHOLD_BOUNDS``; ties prefer a threshold nearer 0.5,
+    then a higher background (the more conservative choice about flagging).
     """
-    positive = labels.sum(dim=1) > 0
+    harmful_labels = with_harmful(labels)[:, -1:]
+    positive = harmful_labels[:, 0] > 0
     low, high = THRESHOLD_BOUNDS
     best = (0.0, 0.5, -1.0)
+    best_scores = torch.zeros(0)
     for background in BACKGROUND_GRID:
-        peak = knn_scores(similarities, labels, background).max(dim=1).values
+        harmful = knn_scores(similarities, harmful_labels, background)[:, 0]
         for step in range(round(low * 100), round(high * 100) + 1):
             threshold = step / 100
-            f1 = f1_at(peak, positive, threshold)
-            better_tie = f1 == best[2] and abs(threshold - 0.5) <= abs(best[1] - 0.5)
-            if f1 > best[2] or better_tie:
-                best = (background, threshold, f1)
-    return best
+            score = fbeta_at(harmful, positive, threshold, BETA)
+            better_tie = score == best[2] and abs(threshold - 0.5) <= abs(best[1] - 0.5)
+            if score > best[2] or better_tie:
+                best, best_scores = (background, threshold, score), harmful
+    background, threshold, _ = best
+    return background, threshold, fbeta_at(best_scores, positive, threshold)
 
 
 class ModerationClassifier:
@@ -99,10 +124,20 @@ class ModerationClassifier:
 
     def classify(self, embeddings: torch.Tensor) -> list[ModerationResult]:
         """One result per row of ``embeddings`` (L2-normalised MiniLM vectors)."""
-        scores = knn_scores(embeddings @ self.exemplars.T, self.labels, self.background)
+        votes = knn_scores(
+            embeddings @ self.exemplars.T, with_harmful(self.labels), self.background
+        )
         results = []
-        for row in scores.tolist():
-            category_scores = {c: round(float(s), 6) for c, s in zip(CATEGORIES, row, strict=True)}
-            flags = {c: s >= self.threshold for c, s in category_scores.items()}
+        for row in votes.tolist():
+            *scores, harmful = row
+            category_scores = {
+                c: round(float(s), 6) for c, s in zip(CATEGORIES, scores, strict=True)
+            }
+            flagged = harmful >= self.threshold
+            top = max(scores)
+            flags = {
+                c: flagged and (s >= CATEGORY_SHARE * harmful or s == top)
+                for c, s in zip(CATEGORIES, scores, strict=True)
+            }
             results.append(ModerationResult(category_scores, flags))
         return results
