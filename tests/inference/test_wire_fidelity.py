@@ -76,6 +76,20 @@ def test_auto_with_json_output_picks_a_model_that_honours_it(issue_key, client_f
     assert json.loads(resp.choices[0].message.content) == {"ok": True}
 
 
+def test_sdk_structured_output_parse_with_auto_is_served(issue_key, client_for):
+    """What instructor / pydantic-ai / ``chat.completions.parse`` send: a strict json_schema."""
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):
+        ok: bool
+
+    parsed = client_for(issue_key()).chat.completions.parse(
+        model="auto", messages=USER, response_format=Answer
+    )
+    assert parsed.choices[0].message.parsed == Answer(ok=True)
+    assert parsed.model_extra["infrai"]["model"] == "test-large"
+
+
 def test_auto_with_tools_skips_models_without_tools(issue_key, client_for):
     _only_local_and_anthropic()
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
