@@ -213,6 +213,8 @@ def test_vllms_context_length_400_is_the_callers_error_and_not_retried(
             max_tokens=4000,  # within the catalog's limits, beyond the node's max_model_len 2048
         )
     assert caught.value.status_code == 400
+    # vLLM's message names no code: the gateway maps it to OpenAI's
+    assert (caught.value.code, caught.value.param) == ("context_length_exceeded", "messages")
     assert len(on_vllm.requests) == 1  # a request error: no retry, no failover
     assert health.health_of(["vllm-node"])["vllm-node"].consecutive_failures == 0
 
@@ -273,10 +275,11 @@ def test_vllm_404_for_a_wrong_served_model_name_fails_over(vllm: FakeVLLM) -> No
     assert "`llama-typo` does not exist" in caught.value.message
 
 
-def test_legacy_flat_vllm_errors_keep_their_status_class(vllm: FakeVLLM) -> None:
+def test_legacy_flat_vllm_errors_keep_their_status_class_and_message(vllm: FakeVLLM) -> None:
     vllm.legacy_errors = True
     payload = {"messages": HELLO, "min_p": 3.0}
     with pytest.raises(errors.VendorRejected) as caught:
         asyncio.run(OpenAICompatibleAdapter().chat(target(vllm), payload))
     assert caught.value.status == 400 and not caught.value.retryable
+    assert "min_p must be in [0, 1], got 3.0" in caught.value.message
     assert vllm.requests[-1]["min_p"] == 3.0
