@@ -39,6 +39,15 @@ def cache_key(*, organization_id: int, endpoint: str, payload: dict[str, Any], e
     return "rc:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
+# Who served a cached answer, as :meth:`inference.pipeline.Call.served` reports it.
+SERVED_KEYS = ("vendor", "model", "region", "routing", "ignored_params")
+
+
+def served(entry: dict[str, Any]) -> dict[str, Any]:
+    """Who served the answer of a cache ``entry`` (the hit reports the original vendor)."""
+    return {k: entry[k] for k in SERVED_KEYS}
+
+
 async def lookup(key: str) -> dict[str, Any] | None:
     """The cached entry or None."""
     found = await fastcache.get(key)
@@ -72,8 +81,9 @@ def lead(key: str) -> Leader:
 
 
 class Leader:
-    """The request in flight for one key: :meth:`done` hands its entry to the followers;
-    :meth:`close` (always, in ``finally``) releases the followers of a failed call."""
+    """The request in flight for one key: :meth:`done` hands its entry to the followers and
+    :meth:`store` caches it; :meth:`close` (always, in ``finally``) releases the followers of a
+    failed call."""
 
     def __init__(self, key: str) -> None:
         self.key = key
@@ -83,15 +93,24 @@ class Leader:
         _leaders[key] = self.future
 
     def done(self, entry: dict[str, Any]) -> None:
-        """Hand ``entry`` to the requests waiting for it (the caller stores it: :func:`store`)."""
+        """Hand ``entry`` to the requests waiting for it; until :meth:`store` has written it,
+        new identical requests still find it here."""
         if not self.future.done():
             self.future.set_result(entry)
-        if _leaders.get(self.key) is self.future:
-            del _leaders[self.key]
+
+    async def store(self, entry: dict[str, Any]) -> None:
+        """Write ``entry`` to the cache, then stop being the request in flight."""
+        try:
+            await store(self.key, entry)
+        finally:
+            self._forget()
 
     def close(self) -> None:
         """Release the followers (they call the vendor themselves) if :meth:`done` never ran."""
         if not self.future.done():
             self.future.set_result(None)
+            self._forget()
+
+    def _forget(self) -> None:
         if _leaders.get(self.key) is self.future:
             del _leaders[self.key]

@@ -138,7 +138,7 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
         if key is not None and leader is not None and not call.usage_estimated:
             entry = {"body": dict(body), **call.served()}
             leader.done(entry)
-            spawn(response_cache.store(key, entry))
+            spawn(leader.store(entry))
     finally:
         if leader is not None:
             leader.close()
@@ -203,7 +203,7 @@ async def _answer_from_cache(
 ) -> Response | StreamingResponse:
     """A cached answer: costs nothing, logged like any call, streamed if asked."""
     call.cache_hit = True
-    call.cached = {k: hit[k] for k in ("vendor", "model", "region", "routing", "ignored_params")}
+    call.cached = response_cache.served(hit)
     body = dict(hit["body"])
     usage = usage_from(body) or Usage()
     call.charge(usage)

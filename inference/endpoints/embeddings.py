@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import struct
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ from inference import tokens
 from inference.chat.validation import positive_int
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
+from inference.pipeline import Call
 from inference.vendors.base import JSON
 
 ENDPOINT = "embeddings"
@@ -210,25 +212,40 @@ def usage_of(request: EmbeddingRequest, body: JSON) -> tuple[Usage, bool]:
 
 async def embeddings(request: ApiRequest) -> Response:
     """The endpoint. See the module docstring."""
-    parsed = parse_embedding_request(request.json())
+    data = request.json()
+    parsed = parse_embedding_request(data)
     likely = parsed.tokens_upper // 4 + parsed.token_ids
     worst = Usage(input_tokens=parsed.tokens_upper)
     params = {"dimensions": parsed.dimensions} if parsed.dimensions is not None else {}
-    call = await metered.open_call(
+
+    def open_call() -> Awaitable[Call]:
+        return metered.open_call(
+            request,
+            endpoint=ENDPOINT,
+            routing=parsed.routing,
+            capability="embeddings",
+            limit_tokens=likely,
+            expected=Usage(input_tokens=likely),
+            worst_case=lambda _candidate: worst,
+            params=params,
+        )
+
+    def run(call: Call) -> Awaitable[JSON]:
+        call.prompt = "\n".join(parsed.texts)[:20000]
+        return metered.call_and_settle(
+            call,
+            lambda adapter, target, candidate: adapter.embed(target, parsed.payload_for(candidate)),
+            lambda answer: usage_of(parsed, answer),
+        )
+
+    call, body = await metered.call_cached(
         request,
         endpoint=ENDPOINT,
         routing=parsed.routing,
-        capability="embeddings",
+        cache_data=data,
         limit_tokens=likely,
-        expected=Usage(input_tokens=likely),
-        worst_case=lambda _candidate: worst,
-        params=params,
-    )
-    call.prompt = "\n".join(parsed.texts)[:20000]
-    body = await metered.call_and_settle(
-        call,
-        lambda adapter, target, candidate: adapter.embed(target, parsed.payload_for(candidate)),
-        lambda answer: usage_of(parsed, answer),
+        open_call=open_call,
+        run=run,
     )
     out = render(body, parsed, call.served()["model"], call.usage)
     out["infrai"] = call.infrai()

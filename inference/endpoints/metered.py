@@ -10,6 +10,7 @@ the call is finished: the caller only renders the answer with ``call.infrai()`` 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -18,9 +19,12 @@ from typing import Any, TypeVar
 from billing.pricing import Usage
 from catalog.routing import PREFERENCES, Candidate, RoutingRequest, prefer_refusal
 from config.errors import InvalidRequest, invalid_type, missing_param
+from inference import response_cache
 from inference.http import ApiRequest
-from inference.pipeline import Call
+from inference.models import RequestStatus
+from inference.pipeline import Call, spawn
 from inference.vendors import Adapter, VendorTarget
+from inference.vendors.base import JSON
 
 T = TypeVar("T")
 VendorCall = Callable[[Adapter, VendorTarget, Candidate], Awaitable[T]]
@@ -138,6 +142,51 @@ async def open_call(
     await call.limit(tokens=limit_tokens)
     await call.hold(worst_case=worst_case)
     return call
+
+
+async def call_cached(
+    request: ApiRequest,
+    *,
+    endpoint: str,
+    routing: Routing,
+    cache_data: dict[str, Any],
+    limit_tokens: int,
+    open_call: Callable[[], Awaitable[Call]],
+    run: Callable[[Call], Awaitable[JSON]],
+) -> tuple[Call, JSON]:
+    """One deterministic call through the exact cache: ``(call, vendor body)``.
+
+    A hit (``cache_data`` — the request body — seen before by this organization, or an
+    identical request in flight in this process) is counted against the key's limits, costs
+    nothing and is logged; the body is the one the vendor gave the first caller. A miss opens
+    the call (``open_call``: route → limit → hold), runs it (``run``: call and settle) and
+    caches the body with the usage it was billed for (a hit logs that usage, at no cost).
+    """
+    key = response_cache.cache_key(
+        organization_id=request.caller.organization_id,
+        endpoint=endpoint,
+        payload={k: v for k, v in cache_data.items() if k != "user"},
+        extra=[routing.task, routing.prefer],
+    )
+    hit = await response_cache.find(key)
+    if hit is not None:
+        call = Call(request=request, endpoint=endpoint, requested_model=routing.model)
+        await call.limit(tokens=limit_tokens)
+        call.cache_hit = True
+        call.cached = response_cache.served(hit)
+        call.charge(Usage(**hit["usage"]))
+        await call.finish(status=RequestStatus.OK, http_status=200)
+        return call, dict(hit["body"])
+    leader = response_cache.lead(key)
+    try:
+        call = await open_call()
+        body = await run(call)
+        entry = {"body": body, "usage": dataclasses.asdict(call.usage), **call.served()}
+        leader.done(entry)
+        spawn(leader.store(entry))
+        return call, body
+    finally:
+        leader.close()
 
 
 async def call_and_settle(

@@ -10,6 +10,7 @@ shape: ``id``, ``model``, ``results[]`` with ``flagged``, ``categories`` and
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from config.errors import InvalidRequest, UpstreamError, invalid_type, missing_p
 from inference import tokens
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
+from inference.pipeline import Call
 from inference.vendors.base import JSON
 
 ENDPOINT = "moderations"
@@ -99,23 +101,38 @@ def usage_of(request: ModerationRequest, body: Any) -> tuple[Usage, bool]:
 
 async def moderations(request: ApiRequest) -> Response:
     """The endpoint. See the module docstring."""
-    parsed = parse_moderation_request(request.json())
+    data = request.json()
+    parsed = parse_moderation_request(data)
     likely = parsed.tokens_upper // 4
     worst = Usage(input_tokens=parsed.tokens_upper)
-    call = await metered.open_call(
+
+    def open_call() -> Awaitable[Call]:
+        return metered.open_call(
+            request,
+            endpoint=ENDPOINT,
+            routing=parsed.routing,
+            capability="moderation",
+            limit_tokens=likely,
+            expected=Usage(input_tokens=likely),
+            worst_case=lambda _candidate: worst,
+        )
+
+    def run(call: Call) -> Awaitable[JSON]:
+        call.prompt = "\n".join(parsed.texts)[:20000]
+        return metered.call_and_settle(
+            call,
+            lambda adapter, target, _c: adapter.moderate(target, parsed.payload),
+            lambda answer: usage_of(parsed, answer),
+        )
+
+    call, body = await metered.call_cached(
         request,
         endpoint=ENDPOINT,
         routing=parsed.routing,
-        capability="moderation",
+        cache_data=data,
         limit_tokens=likely,
-        expected=Usage(input_tokens=likely),
-        worst_case=lambda _candidate: worst,
-    )
-    call.prompt = "\n".join(parsed.texts)[:20000]
-    body = await metered.call_and_settle(
-        call,
-        lambda adapter, target, _c: adapter.moderate(target, parsed.payload),
-        lambda answer: usage_of(parsed, answer),
+        open_call=open_call,
+        run=run,
     )
     out: JSON = {
         "id": body.get("id") or "modr-" + request.request_id.removeprefix("req_"),

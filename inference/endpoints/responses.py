@@ -81,7 +81,7 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
             cached = {**body, "id": "cached", "model": call.served()["model"]}
             entry = {"body": cached, **call.served()}
             leader.done(entry)
-            spawn(response_cache.store(key, entry))
+            spawn(leader.store(entry))
     finally:
         if leader is not None:
             leader.close()
@@ -109,7 +109,7 @@ async def _answer_from_cache(
 ) -> Response | StreamingResponse:
     """A cached answer: costs nothing, logged like any call, streamed if asked."""
     call.cache_hit = True
-    call.cached = {k: hit[k] for k in ("vendor", "model", "region", "routing", "ignored_params")}
+    call.cached = response_cache.served(hit)
     body = dict(hit["body"])
     call.charge(usage_from(body) or Usage())
     await call.finish(status=RequestStatus.OK, http_status=200)

@@ -74,3 +74,24 @@ def test_deterministic_responses_are_cached(issue_key, client_for, fake_catalog)
     assert (first.infrai["cache"], second.infrai["cache"]) == (False, True)
     assert second.infrai["cost_nanos"] == 0
     assert len(fake_catalog["primary"].requests) == 1
+
+
+@pytest.mark.usefixtures("gateway_catalog")
+def test_embeddings_and_moderations_are_cached_per_organization(issue_key, client_for):
+    client = client_for(issue_key())
+    first = client.embeddings.create(model="test-embed", input=["same text"])
+    second = client.embeddings.create(model="test-embed", input=["same text"])
+    assert first.data[0].embedding == second.data[0].embedding
+    assert (first.infrai["cache"], second.infrai["cache"]) == (False, True)
+    assert second.infrai["cost_nanos"] == 0 and second.usage.prompt_tokens > 0
+    other_org = client_for(issue_key(org="other"))
+    third = other_org.embeddings.create(model="test-embed", input=["same text"])
+    assert third.infrai["cache"] is False  # never another tenant's entry
+
+    mod_a = client.moderations.create(input="I want to hug a puppy.")
+    mod_b = client.moderations.create(input="I want to hug a puppy.")
+    assert (mod_a.infrai["cache"], mod_b.infrai["cache"]) == (False, True)
+    assert mod_a.results[0].flagged == mod_b.results[0].flagged
+    usage = LedgerEntry.objects.filter(kind=EntryKind.USAGE).values_list("request_id", flat=True)
+    paid = {first.infrai["request_id"], third.infrai["request_id"], mod_a.infrai["request_id"]}
+    assert set(usage) <= paid
