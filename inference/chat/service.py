@@ -24,7 +24,7 @@ from billing.pricing import Usage, cost_nanos
 from catalog.routing import Candidate, RoutingRequest
 from config.errors import InsufficientQuota
 from inference import relay, response_cache, tokens
-from inference.chat.validation import ChatRequest, parse_chat_request
+from inference.chat.validation import ChatRequest, parse_chat_request, to_legacy_function_call
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
 from inference.models import RequestStatus
 from inference.pipeline import Call, spawn
@@ -66,21 +66,21 @@ def estimate_usage(chat: ChatRequest, completion_text: str) -> Usage:
 
 def output_cap(chat: ChatRequest, candidate: Candidate | None = None) -> int:
     """The most output tokens one choice may produce: the caller's ``max_tokens``, else the
-    model's own output limit (and what its context window leaves after the prompt)."""
+    model's own output limit and what its context window leaves after the prompt
+    (``INFRAI_DEFAULT_MAX_TOKENS`` before routing, or for a model whose limits are unknown)."""
+    if candidate is not None:
+        room = candidate.output_room(chat.prompt_tokens, chat.max_output_tokens)
+        if room is not None:
+            return int(room)
     if chat.max_output_tokens is not None:
         return int(chat.max_output_tokens)
-    if candidate is None:
-        return int(settings.INFRAI_DEFAULT_MAX_TOKENS)
-    limit = int(getattr(candidate, "max_output_tokens", 0) or settings.INFRAI_DEFAULT_MAX_TOKENS)
-    context = int(getattr(candidate, "context_window", 0) or 0)
-    if context:
-        limit = min(limit, max(context - chat.prompt_tokens_likely, 1))
-    return limit
+    return int(settings.INFRAI_DEFAULT_MAX_TOKENS)
 
 
 def routing_request(chat: ChatRequest) -> RoutingRequest:
-    """What routing needs of a chat request; the expected usage (for cost ranking) assumes at
-    most 512 output tokens per choice."""
+    """What routing needs of a chat request: its needs, parameters, and limits (prompt tokens
+    and the caller's output cap, checked against each model). The expected usage (for cost
+    ranking) assumes at most 512 output tokens per choice."""
     return RoutingRequest(
         model=chat.model,
         capabilities=chat.capabilities,
@@ -91,6 +91,9 @@ def routing_request(chat: ChatRequest) -> RoutingRequest:
             input_tokens=chat.prompt_tokens_likely,
             output_tokens=min(output_cap(chat), 512) * chat.n,
         ),
+        prompt_tokens=chat.prompt_tokens,
+        max_output_tokens=chat.max_output_tokens,
+        max_output_param=chat.max_output_param,
     )
 
 
@@ -107,7 +110,10 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
     call = Call(request=request, endpoint=ENDPOINT, requested_model=chat.model, stream=chat.stream)
     call.prompt = str(chat.payload["messages"])[:20000]
     payload = dict(chat.payload)
-    await call.limit(tokens=chat.prompt_tokens_likely + output_cap(chat) * chat.n)
+    # Routing first: a request no model can take (limits, capabilities) is a 400, never a 429.
+    decision = await call.route(routing_request(chat))
+    cap = max(output_cap(chat, c) for c in decision.candidates) if decision.candidates else 0
+    await call.limit(tokens=chat.prompt_tokens_likely + cap * chat.n)
 
     key = None
     if chat.cache_allowed and chat.deterministic:
@@ -121,12 +127,12 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
         if hit is not None:
             return await _answer_from_cache(call, chat, hit)
     if chat.stream:
-        await _route_and_hold(call, chat)
+        await _hold(call, chat)
         async with call.closed_on_failure():
             return await _open_stream(call, chat, payload, key)
     leader = None if key is None else response_cache.lead(key)  # identical requests wait
     try:
-        await _route_and_hold(call, chat)
+        await _hold(call, chat)
         body = await call.call_and_settle(
             lambda adapter, target, _c: adapter.chat(target, payload),
             lambda answer: completion_usage(call, chat, answer),
@@ -135,6 +141,8 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
         body["object"] = "chat.completion"
         body["model"] = call.served()["model"]
         body["usage"] = openai_chat_usage(call.usage)
+        if chat.legacy_functions:
+            to_legacy_function_call(body)
         if key is not None and leader is not None and not call.usage_estimated:
             entry = {"body": dict(body), **call.served()}
             leader.done(entry)
@@ -146,13 +154,13 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
     return json_response(body, headers=call.headers())
 
 
-async def _route_and_hold(call: Call, chat: ChatRequest) -> None:
-    """Route, then hold the worst case (a 402 says which ``max_tokens`` would fit)."""
-    decision = await call.route(routing_request(chat))
+async def _hold(call: Call, chat: ChatRequest) -> None:
+    """Hold the worst case of the routed candidates (a 402 says which ``max_tokens`` fits)."""
+    assert call.decision is not None
     try:
         await call.hold(worst_case=lambda candidate: worst_case(chat, candidate))
     except InsufficientQuota as exc:
-        raise with_max_tokens_hint(exc, chat, decision.candidates) from None
+        raise with_max_tokens_hint(exc, chat, call.decision.candidates) from None
 
 
 def with_max_tokens_hint(
@@ -209,6 +217,8 @@ async def _answer_from_cache(
     call.charge(usage)
     body["id"] = _completion_id(call)
     await call.finish(status=RequestStatus.OK, http_status=200)
+    if chat.legacy_functions:
+        to_legacy_function_call(body)
     if not chat.stream:
         body["infrai"] = call.infrai()
         return json_response(body, headers=call.headers())
@@ -230,6 +240,8 @@ def completion_chunks(body: JSON) -> list[JSON]:
         delta: JSON = {"role": "assistant", "content": message.get("content")}
         if message.get("tool_calls"):
             delta["tool_calls"] = [{**tc, "index": i} for i, tc in enumerate(message["tool_calls"])]
+        if message.get("function_call"):
+            delta["function_call"] = message["function_call"]
         index = choice.get("index", 0)
         finish = {"index": index, "delta": {}, "finish_reason": choice.get("finish_reason")}
         chunks.append(
@@ -329,6 +341,8 @@ class ChatMeter:
             self.pending = None
         chunk: JSON = {**item, **self.base}
         chunk.pop("usage", None)
+        if self.chat.legacy_functions:
+            to_legacy_function_call(chunk)
         text = ""
         finished = False
         for choice in choices:

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from billing.pricing import Usage
+from config.errors import ApiError
 from inference import relay, response_cache
 from inference.chat.service import (
     completion_chunks,
@@ -37,6 +38,7 @@ from inference.responses.translate import (
     output_items,
     parse_responses_request,
     response_object,
+    responses_param,
 )
 from inference.usage import INVALID_USAGE_NOTE, InvalidUsage, chat_usage
 from inference.vendors.base import JSON
@@ -55,7 +57,13 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
     call = Call(request=request, endpoint=ENDPOINT, requested_model=chat.model, stream=chat.stream)
     call.prompt = str(chat.payload["messages"])[:20000]
     payload = {k: v for k, v in chat.payload.items() if k != "max_tokens" or v is not None}
-    await call.limit(tokens=chat.prompt_tokens_likely + output_cap(chat))
+    try:  # routing first: a request no model can take is a 400 (param as Responses names it)
+        decision = await call.route(routing_request(chat))
+    except ApiError as exc:
+        exc.param = responses_param(exc.param)
+        raise
+    cap = max(output_cap(chat, c) for c in decision.candidates) if decision.candidates else 0
+    await call.limit(tokens=chat.prompt_tokens_likely + cap)
     key = None
     if chat.cache_allowed and chat.deterministic:
         key = response_cache.cache_key(
@@ -67,7 +75,6 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
         hit = await response_cache.find(key)
         if hit is not None:
             return await _answer_from_cache(call, parsed, hit)
-    await call.route(routing_request(chat))
     await call.hold(worst_case=lambda candidate: worst_case(chat, candidate))
     if chat.stream:
         return await _open_stream(call, parsed, payload)

@@ -1,6 +1,9 @@
-"""OpenAI's legacy function calling (``functions`` / ``function_call``) read as tools (pure)."""
+"""OpenAI's legacy function calling (``functions`` / ``function_call``): read as tools, and
+answered back as ``function_call`` through the live app."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -66,3 +69,26 @@ def test_answers_render_back_as_function_call():
         "arguments": '{"city": "Paris"}',
     }
     assert "tool_calls" not in choice["message"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_legacy_functions_caller_gets_function_call_back(
+    stream, issue_key, client_for, fake_catalog
+):
+    client = client_for(issue_key())
+    kwargs = {
+        "model": "test-large",
+        "messages": [{"role": "user", "content": "weather in Paris?"}],
+        "functions": [{"name": "get_weather", "parameters": {"type": "object"}}],
+    }
+    if not stream:
+        message = client.chat.completions.create(**kwargs).choices[0].message
+        assert message.function_call.name == "get_weather" and not message.tool_calls
+        assert json.loads(message.function_call.arguments) == {"city": "Paris"}
+        return
+    chunks = list(client.chat.completions.create(**kwargs, stream=True))
+    calls = [c.choices[0].delta.function_call for c in chunks if c.choices]
+    assert any(call and call.name == "get_weather" for call in calls)
+    assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
+    assert chunks[-1].choices[0].finish_reason == "function_call"

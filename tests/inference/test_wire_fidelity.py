@@ -406,15 +406,9 @@ def test_ids_that_are_not_cl100k_tokens_are_a_400(issue_key, client_for):
 
 # --- item 3, end to end: needs the chat service to pass the prompt's tokens to routing -------
 
-_WIRING = (
-    "inference/chat/service.py must pass prompt_tokens=chat.prompt_tokens, max_output_tokens="
-    "chat.max_output_tokens and max_output_param=chat.max_output_param to RoutingRequest; "
-    "remove this marker once it does"
-)
 LONG = [{"role": "user", "content": "word " * 30_000}]  # ~30,000 tokens; test-small has 32,000
 
 
-@pytest.mark.xfail(strict=True, reason=_WIRING)
 def test_context_window_and_output_limit_are_400s_before_the_hold(issue_key, api_base, fakes):
     key = issue_key()
     over = _post(
@@ -438,7 +432,6 @@ def test_context_window_and_output_limit_are_400s_before_the_hold(issue_key, api
     assert not Hold.objects.exists() and fakes["primary"].requests == []
 
 
-@pytest.mark.xfail(strict=True, reason=_WIRING)
 def test_without_max_tokens_a_long_prompt_is_served_within_the_context_window(
     issue_key, api_base, fakes
 ):
