@@ -51,7 +51,7 @@ from inference import limits
 from inference.http import ApiRequest
 from inference.models import RequestLog, RequestStatus
 from inference.vendors import Adapter, VendorTarget, adapter_for
-from inference.vendors.errors import VendorError, VendorRejected, VendorTimeout
+from inference.vendors.errors import VendorError, VendorLoading, VendorRejected, VendorTimeout
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -205,7 +205,8 @@ class Call:
             except VendorError as exc:
                 last = exc
                 self.failovers += 1
-                spawn(health.arecord_failure(candidate.vendor))
+                if not isinstance(exc, VendorLoading):  # a loading model is not a broken vendor
+                    spawn(health.arecord_failure(candidate.vendor))
                 log.info("failover from %s: %s", candidate.label, exc.kind)
                 continue
             self.served_by = candidate
@@ -223,6 +224,13 @@ class Call:
             )
         if isinstance(last, VendorTimeout):
             raise UpstreamTimeout("Every vendor that can serve this request timed out.")
+        if isinstance(last, VendorLoading):
+            wait = last.retry_after_s
+            raise ServiceUnavailable(
+                f"The model is still loading; retry after {wait} s.",
+                code="model_loading",
+                headers={"retry-after": str(wait)},
+            )
         raise UpstreamError(f"Every vendor that can serve this request failed; last: {last.kind}.")
 
     async def call_and_settle(

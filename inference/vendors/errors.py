@@ -84,6 +84,20 @@ class VendorRejected(VendorError):
         self.param = param
 
 
+class VendorLoading(VendorError):
+    """The vendor is up but the model is still loading (503 ``model_loading``, as the
+    gpu-backend answers after its bounded wait): not a failure of the vendor, so its circuit
+    is not charged with it; ``retry_after_s`` is the vendor's estimate."""
+
+    kind = "vendor_model_loading"
+
+    def __init__(
+        self, message: str, *, status: int | None = None, vendor: str = "", retry_after_s: int = 5
+    ) -> None:
+        super().__init__(message, status=status, vendor=vendor)
+        self.retry_after_s = retry_after_s
+
+
 class VendorProtocolError(VendorError):
     """The vendor answered something that is not its documented wire format."""
 
@@ -127,8 +141,13 @@ def from_status(
     vendor: str,
     code: str | None = None,
     param: str | None = None,
+    retry_after: str | None = None,
 ) -> VendorError:
-    """The error for a non-2xx vendor status (``code``/``param``: see :class:`VendorRejected`)."""
+    """The error for a non-2xx vendor status (``code``/``param``: see :class:`VendorRejected`;
+    ``retry_after``: the vendor's ``Retry-After`` header)."""
+    if status == 503 and code == "model_loading":
+        wait = int(retry_after) if retry_after and retry_after.isdigit() else 5
+        return VendorLoading(message, status=status, vendor=vendor, retry_after_s=min(wait, 600))
     if status == 429:
         return VendorRateLimited(message, status=status, vendor=vendor)
     if status >= 500 or status == 408:

@@ -37,6 +37,7 @@ def _raise_for_status(target: VendorTarget, response: httpx.Response) -> None:
             vendor=target.vendor,
             code=code,
             param=param,
+            retry_after=response.headers.get("retry-after"),
         )
 
 

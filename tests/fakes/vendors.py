@@ -110,6 +110,7 @@ class FakeVendor:
     images_b64_only: bool = False
     fault: str = ""
     hang_s: float = 30.0
+    fail_code: str = ""  # the OpenAI error code of fail_statuses' answers ("model_loading" …)
     requests: list[dict[str, Any]] = field(default_factory=list)
     stream_closed: threading.Event = field(default_factory=threading.Event)
     chunks_sent: int = 0
@@ -132,6 +133,7 @@ class FakeVendor:
         self.images_b64_only = False
         self.fault = ""
         self.hang_s = 30.0
+        self.fail_code = ""
         self.requests = []
         self.chunks_sent = 0
         self.stream_closed.clear()
@@ -171,7 +173,11 @@ class FakeVendor:
         if self.fail_statuses:
             status = self.fail_statuses.pop(0)
             error = {"error": {"message": f"fake failure {status}", "type": "server_error"}}
-            return body, web.json_response(error, status=status)
+            headers = {}
+            if self.fail_code:
+                error["error"]["code"] = self.fail_code
+                headers["retry-after"] = "7"
+            return body, web.json_response(error, status=status, headers=headers)
         return body, None
 
     def _reply(self, body: dict[str, Any]) -> tuple[str, list[dict[str, Any]] | None]:

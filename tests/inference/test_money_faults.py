@@ -316,3 +316,22 @@ def test_holds_are_sized_by_the_model_and_a_402_says_what_would_fit(
     assert resp.choices[0].message.content == "Echo: alpha beta gamma delta"
     assert_settled_once(resp.infrai["request_id"])
     assert_books_clean()
+
+
+def test_a_model_still_loading_is_a_503_with_retry_after_and_no_circuit_failure(
+    issue_key, client_for, fake_catalog
+):
+    for vendor in ("primary", "backup"):
+        fake_catalog[vendor].fail_statuses = [503] * 10
+        fake_catalog[vendor].fail_code = "model_loading"
+    client = client_for(issue_key())
+    for _ in range(6):  # more than the circuit's failure threshold
+        with pytest.raises(openai.InternalServerError) as info:
+            client.chat.completions.create(**CHAT)
+        assert info.value.status_code == 503 and info.value.body["code"] == "model_loading"
+        assert info.value.response.headers["retry-after"] == "7"
+    for vendor in ("primary", "backup"):
+        fake_catalog[vendor].fail_statuses = []
+    # An open circuit (5 failures) would refuse this call: loading never tripped it.
+    assert client.chat.completions.create(**CHAT).choices[0].message.content
+    assert_books_clean()
