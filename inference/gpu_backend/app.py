@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -12,6 +13,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -269,9 +271,15 @@ async def transcriptions(request: Request) -> Response:
     parsed = parse_transcription_request(fields, upload)
     try:
         samples, _ = await asyncio.to_thread(decode, parsed.audio)
-    except ValueError as exc:
+    except ValueError:
+        # The codec's own words (errno text, library internals) stay in our logs.
+        log.info("undecodable audio upload", exc_info=True)
         raise APIError(
-            400, f"The audio file could not be decoded: {exc}", code="invalid_value", param="file"
+            400,
+            "The audio file could not be decoded. Send a file in a supported format (flac, "
+            "m4a, mp3, mp4, mpeg, mpga, oga, ogg, wav or webm).",
+            code="invalid_value",
+            param="file",
         ) from None
     transcript = await asyncio.to_thread(
         transcriber.transcribe,
@@ -367,8 +375,33 @@ async def server_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(error.body(), status_code=500)
 
 
+class BearerToken:
+    """Every request but ``/health`` must carry ``Authorization: Bearer <token>`` (401 in the
+    OpenAI shape otherwise). Pure ASGI: nothing is read before the check."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] != "/health":
+            sent = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(sent, self.expected):
+                error = APIError(
+                    401,
+                    "Missing or wrong bearer token for this gpu-backend.",
+                    type="authentication_error",
+                    code="invalid_api_key",
+                )
+                response = JSONResponse(error.body(), status_code=401)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(backend: Backend) -> Starlette:
-    """The ASGI app; model loading starts in the background when the app starts."""
+    """The ASGI app; model loading starts in the background when the app starts. With a
+    token in the backend's config, every request but ``/health`` must carry it."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -396,6 +429,9 @@ def create_app(backend: Backend) -> Starlette:
             Exception: server_error,
         },
         lifespan=lifespan,
+        middleware=(
+            [Middleware(BearerToken, token=backend.config.token)] if backend.config.token else []
+        ),
     )
     app.state.backend = backend
     return app

@@ -7,6 +7,7 @@ command and ``make run`` can start the same server.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from .config import (
     ENV_MAX_BATCH,
     ENV_MODELS,
     ENV_PORT,
+    ENV_TOKEN,
     ENV_TTS_ENGINE,
     BackendConfig,
     default_cache_dir,
@@ -89,6 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def config_from_args(argv: Sequence[str] | None = None) -> BackendConfig:
     """Parse ``argv`` into a ``BackendConfig`` (exits with a usage message on bad input)."""
     parser = build_parser()
@@ -97,7 +109,14 @@ def config_from_args(argv: Sequence[str] | None = None) -> BackendConfig:
         models = parse_model_list(args.models)
     except ValueError as exc:
         parser.error(str(exc))
+    token = os.environ.get(ENV_TOKEN, "")
+    if not token and not is_loopback(args.host):
+        parser.error(
+            f"binding to {args.host} exposes the models beyond this machine: set ${ENV_TOKEN} "
+            "(the bearer token the gateway's infrai-gpu vendor sends) or bind to 127.0.0.1"
+        )
     return BackendConfig(
+        token=token,
         host=args.host,
         port=args.port,
         threads=args.threads if args.threads is not None else default_threads(),

@@ -17,6 +17,7 @@ ENV_DEVICE = "INFRAI_GPU_BACKEND_DEVICE"
 ENV_TTS_ENGINE = "INFRAI_GPU_BACKEND_TTS_ENGINE"
 ENV_CACHE_DIR = "INFRAI_MODEL_CACHE_DIR"
 ENV_LOAD_WAIT = "INFRAI_GPU_BACKEND_LOAD_WAIT_S"
+ENV_TOKEN = "INFRAI_GPU_BACKEND_TOKEN"
 DEFAULT_LOAD_WAIT_S = 60.0
 
 
@@ -66,3 +67,5 @@ class BackendConfig:
     tts_engine: str = "auto"
     log_level: str = "info"
     load_wait_s: float = DEFAULT_LOAD_WAIT_S  # how long a request waits for a loading model
+    # The bearer token every request but /health must carry ("" = none: loopback binds only).
+    token: str = field(default="", repr=False)
