@@ -110,6 +110,8 @@ class ApiRequest:
     started_ns: int
     path_params: dict[str, str] = field(default_factory=dict)
     key: KeyContext | None = None
+    logged: bool = False  # the call has (or is writing) its request-log row
+    requested_model: str = ""  # the model the body asked for, once a handler read it
     # What a route's ``before_body`` check hands to its handler (e.g. the counted call).
     state: dict[str, Any] = field(default_factory=dict)
 
@@ -333,6 +335,7 @@ class V1Consumer(AsyncHttpConsumer):
             if matched.before_body is not None:
                 await matched.before_body(request)
         except ApiError as exc:
+            _log_failure(request, exc)
             await _respond(send, request, error_response(exc))
             return
         except Exception:
@@ -381,11 +384,13 @@ class V1Consumer(AsyncHttpConsumer):
         try:
             response = await self._handler(request)
         except ApiError as exc:
+            _log_failure(request, exc)
             response = error_response(exc)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("unhandled error in %s %s", request.method, request.path)
+            _log_failure(request, internal_error())
             response = _internal_error()
         response.headers = {**_id_headers(request), **response.headers}
         await self._send(response)
@@ -410,6 +415,24 @@ class V1Consumer(AsyncHttpConsumer):
             if response.on_close is not None:
                 await response.on_close()
         await self.send_body(b"")
+
+
+# Set by the request path once the call has its request-log row (inference.pipeline).
+FailureLogger = Callable[[ApiRequest, ApiError], None]
+_failure_logger: FailureLogger | None = None
+
+
+def on_unlogged_failure(logger: FailureLogger) -> None:
+    """Register what records an authenticated call that failed before it had a request-log
+    row (a 400 of validation, a 404 or 400 of routing, a 429, a 402 …)."""
+    global _failure_logger
+    _failure_logger = logger
+
+
+def _log_failure(request: ApiRequest, exc: ApiError) -> None:
+    if request.key is not None and not request.logged and _failure_logger is not None:
+        request.logged = True
+        _failure_logger(request, exc)
 
 
 def _id_headers(request: ApiRequest) -> dict[str, str]:

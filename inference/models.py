@@ -31,6 +31,7 @@ class RequestLog(models.Model):
     status = models.CharField(max_length=16, choices=RequestStatus.choices)
     http_status = models.PositiveSmallIntegerField()
     error_code = models.CharField(max_length=64, blank=True)
+    error_message = models.CharField(max_length=500, blank=True)
     input_tokens = models.IntegerField(default=0)
     cached_input_tokens = models.IntegerField(default=0)
     output_tokens = models.IntegerField(default=0)

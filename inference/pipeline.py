@@ -48,7 +48,7 @@ from config.errors import (
     internal_error,
 )
 from inference import limits
-from inference.http import ApiRequest
+from inference.http import ApiRequest, on_unlogged_failure
 from inference.models import RequestLog, RequestStatus
 from inference.vendors import Adapter, VendorTarget, adapter_for
 from inference.vendors.errors import VendorError, VendorLoading, VendorRejected, VendorTimeout
@@ -111,6 +111,9 @@ class Call:
     note: str = ""  # the log's code for a successful call with a caveat (vendor_usage_invalid)
 
     __hash__ = object.__hash__  # identity: calls are kept in the in-flight set
+
+    def __post_init__(self) -> None:
+        self.request.requested_model = self.requested_model
 
     @property
     def key(self) -> KeyContext:
@@ -324,7 +327,12 @@ class Call:
         return out
 
     async def finish(
-        self, *, status: RequestStatus, http_status: int, error_code: str = ""
+        self,
+        *,
+        status: RequestStatus,
+        http_status: int,
+        error_code: str = "",
+        error_message: str = "",
     ) -> None:
         """Write the request-log row and settle the hold together (exactly once; safe to call
         again). Runs on every exit path.
@@ -336,8 +344,10 @@ class Call:
         if self.finished:
             return
         self.finished = True
+        self.request.logged = True
         code = error_code or (self.note if status is RequestStatus.OK else "")
         row = self._log_row(status=status, http_status=http_status, error_code=code)
+        row.error_message = error_message[:500]
         job = asyncio.ensure_future(_record_and_settle(row, self.held, self.cost_nanos))
         _keep(job)
         job.add_done_callback(lambda _job: _inflight.discard(self))
@@ -413,7 +423,9 @@ class Call:
         """:meth:`finish` for a call that ends in ``exc`` (nothing delivered, nothing charged)."""
         status = RequestStatus.VENDOR_ERROR if exc.status >= 500 else RequestStatus.CLIENT_ERROR
         self.charge(Usage())
-        await self.finish(status=status, http_status=exc.status, error_code=exc.code)
+        await self.finish(
+            status=status, http_status=exc.status, error_code=exc.code, error_message=exc.message
+        )
 
 
 def settle_inflight_now() -> int:
@@ -589,6 +601,30 @@ async def _record_and_settle(row: RequestLog, held: bool, cost: int) -> None:
         # Only a database that refuses everything gets here: the hold stays open, renewal
         # stops with the call, and the sweeper releases it (logged there with its request).
         log.exception("could not record/settle %s", row.request_id)
+
+
+def _log_unheld_failure(request: ApiRequest, exc: ApiError) -> None:
+    """The request-log row of an authenticated call that failed before it held money (a 400,
+    404, 429, 402 …): written off the response path, nothing to settle."""
+    key = request.caller
+    row = RequestLog(
+        request_id=request.request_id,
+        organization_id=key.organization_id,
+        project_id=key.project_id,
+        api_key_id=key.key_id,
+        endpoint=request.path.removeprefix("/v1/").replace("/", ".")[:40],
+        requested_model=request.requested_model[:120],
+        status=RequestStatus.VENDOR_ERROR if exc.status >= 500 else RequestStatus.CLIENT_ERROR,
+        http_status=exc.status,
+        error_code=exc.code[:64],
+        error_message=exc.message[:500],
+        latency_ms=(time.perf_counter_ns() - request.started_ns) // 1_000_000,
+    )
+    spawn(_record_and_settle(row, False, 0))
+    spawn(_push_live(row))
+
+
+on_unlogged_failure(_log_unheld_failure)
 
 
 async def _push_live(row: RequestLog) -> None:
