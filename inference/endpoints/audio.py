@@ -27,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
+import hashlib
 import io
 import json
 import math
@@ -48,13 +50,13 @@ from config.errors import (
     invalid_type,
     missing_param,
 )
-from inference import multipart, relay
+from inference import multipart, relay, response_cache
 from inference.chat.validation import number
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
 from inference.models import RequestStatus
 from inference.multipart import Upload
-from inference.pipeline import Call
+from inference.pipeline import Call, spawn
 from inference.vendors.base import JSON
 
 SPEECH_ENDPOINT = "audio.speech"
@@ -124,10 +126,20 @@ def parse_speech_request(data: dict[str, Any]) -> SpeechRequest:
     )
 
 
-async def speech(request: ApiRequest) -> StreamingResponse:
+async def speech(request: ApiRequest) -> Response | StreamingResponse:
     """``POST /v1/audio/speech``. See the module docstring."""
-    parsed = parse_speech_request(request.json())
+    data = request.json()
+    parsed = parse_speech_request(data)
     usage = Usage(characters=parsed.characters)
+    key = response_cache.cache_key(
+        organization_id=request.caller.organization_id,
+        endpoint=SPEECH_ENDPOINT,
+        payload={k: v for k, v in data.items() if k != "user"},
+        extra=[parsed.routing.task, parsed.routing.prefer],
+    )
+    hit = await response_cache.lookup(key)
+    if hit is not None:
+        return await _speech_from_cache(request, parsed, hit)
     call = await metered.open_call(
         request,
         endpoint=SPEECH_ENDPOINT,
@@ -146,7 +158,7 @@ async def speech(request: ApiRequest) -> StreamingResponse:
     call.charge(usage)
     if not content_type.startswith("audio/"):
         content_type = SPEECH_FORMATS[parsed.response_format]
-    meter = SpeechMeter(usage)
+    meter = SpeechMeter(usage, cache_key=key, content_type=content_type)
 
     async def on_close() -> None:  # the response ended before the relay started
         await audio.aclose()
@@ -160,15 +172,37 @@ async def speech(request: ApiRequest) -> StreamingResponse:
     )
 
 
+async def _speech_from_cache(
+    request: ApiRequest, parsed: SpeechRequest, hit: dict[str, Any]
+) -> Response:
+    """Audio of an identical earlier request: costs nothing, logged like any call."""
+    call = Call(request=request, endpoint=SPEECH_ENDPOINT, requested_model=parsed.routing.model)
+    await call.limit(tokens=parsed.characters // 4)
+    call.cache_hit = True
+    call.cached = response_cache.served(hit)
+    call.charge(Usage(characters=parsed.characters))
+    await call.finish(status=RequestStatus.OK, http_status=200)
+    audio = base64.b64decode(hit["audio_b64"])
+    return Response(audio, headers=call.headers(), content_type=hit["content_type"].encode())
+
+
+# Audio longer than this is relayed but not cached (the cache is Redis memory).
+MAX_CACHED_AUDIO_BYTES = 2 * 1024 * 1024
+
+
 class SpeechMeter:
     """The speech stream's :class:`~inference.relay.Meter`: audio bytes relayed as they come.
 
     The input's characters are charged when the audio was sent whole or the client left; audio
     that the vendor cut short costs nothing (a binary stream has no error channel: it ends).
+    Whole audio up to :data:`MAX_CACHED_AUDIO_BYTES` is kept for the exact cache.
     """
 
-    def __init__(self, usage: Usage) -> None:
+    def __init__(self, usage: Usage, *, cache_key: str = "", content_type: str = "") -> None:
         self._usage = usage
+        self._cache_key, self._content_type = cache_key, content_type
+        self._kept: list[bytes] | None = [] if cache_key else None
+        self._size = 0
 
     def start(self) -> Iterable[bytes]:
         return ()
@@ -176,6 +210,12 @@ class SpeechMeter:
     def feed(self, item: Any) -> Iterable[bytes]:
         if not isinstance(item, bytes):
             raise relay.MalformedChunk("audio that is not bytes")
+        if self._kept is not None:
+            self._size += len(item)
+            if self._size > MAX_CACHED_AUDIO_BYTES:
+                self._kept = None
+            else:
+                self._kept.append(item)
         return (item,)
 
     def complete(self) -> bool:
@@ -185,6 +225,13 @@ class SpeechMeter:
         return (Usage() if outcome is relay.Outcome.FAULT else self._usage), False, ""
 
     def tail(self, call: Call, fault: relay.Fault | None) -> Iterable[bytes]:
+        if fault is None and self._kept is not None and call.served_by is not None:
+            entry = {
+                "audio_b64": base64.b64encode(b"".join(self._kept)).decode(),
+                "content_type": self._content_type,
+                **call.served(),
+            }
+            spawn(response_cache.store(self._cache_key, entry))
         return ()
 
 
@@ -436,6 +483,14 @@ async def transcriptions(request: ApiRequest) -> Response:
         )
     worst = Usage(audio_ms=held_ms)
     call.requested_model = parsed.routing.model
+    key = _transcription_key(request, parsed)
+    hit = None if key is None else await response_cache.lookup(key)
+    if key is not None and hit is not None:
+        call.cache_hit = True
+        call.cached = response_cache.served(hit)
+        call.charge(Usage(**hit["usage"]))
+        await call.finish(status=RequestStatus.OK, http_status=200)
+        return _transcription_response(call, parsed, hit["answer"])
     await call.route(
         RoutingRequest(
             model=parsed.routing.model,
@@ -455,10 +510,34 @@ async def transcriptions(request: ApiRequest) -> Response:
         lambda adapter, target, _c: adapter.transcribe(target, fields, file),
         lambda result: transcription_usage(parsed, result, held_ms),
     )
+    if key is not None:
+        entry = {"answer": answer, "usage": dataclasses.asdict(call.usage), **call.served()}
+        spawn(response_cache.store(key, entry))
+    return _transcription_response(call, parsed, answer)
+
+
+def _transcription_key(request: ApiRequest, parsed: TranscriptionRequest) -> str | None:
+    """The exact-cache key of a transcription (the audio's digest and every field), or None
+    when sampling makes the answer non-deterministic (``temperature`` above 0)."""
+    temperature = parsed.fields.get("temperature")
+    if temperature not in (None, "", "0", "0.0"):
+        return None
+    return response_cache.cache_key(
+        organization_id=request.caller.organization_id,
+        endpoint=TRANSCRIPTION_ENDPOINT,
+        payload={
+            "file_sha256": hashlib.sha256(parsed.upload.content).hexdigest(),
+            **{k: v for k, v in parsed.fields.items() if k != "user"},
+        },
+        extra=[parsed.routing.model, parsed.routing.task, parsed.routing.prefer],
+    )
+
+
+def _transcription_response(call: Call, parsed: TranscriptionRequest, answer: Any) -> Response:
     if isinstance(answer, dict):
         return json_response({**answer, "infrai": call.infrai()}, headers=call.headers())
     content_type = _TEXT_CONTENT_TYPES.get(parsed.response_format, b"text/plain; charset=utf-8")
-    return Response(answer.encode(), headers=call.headers(), content_type=content_type)
+    return Response(str(answer).encode(), headers=call.headers(), content_type=content_type)
 
 
 route("/v1/audio/speech", methods={"POST": speech})

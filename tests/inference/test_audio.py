@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from billing.models import Hold
+from billing.models import Hold, LedgerEntry
 from billing.pricing import Usage
 from inference import multipart
 from inference.endpoints import audio
@@ -108,6 +108,19 @@ def test_sdk_transcription_of_an_uploaded_file_bills_seconds(issue_key, client_f
         usage=Usage(audio_ms=audio_ms(wav)),
     )
     assert cost == infrai["cost_nanos"] and 20_000 < cost < 200_000  # $0.00002/s, 1-10 s
+
+
+def test_an_identical_transcription_is_answered_from_the_cache(issue_key, client_for, wav):
+    client = client_for(issue_key())
+    first = client.audio.transcriptions.create(model=WHISPER, file=("fox.wav", wav, "audio/wav"))
+    second = client.audio.transcriptions.create(model=WHISPER, file=("fox.wav", wav, "audio/wav"))
+    assert first.text == second.text
+    assert (first.model_extra["infrai"]["cache"], second.model_extra["infrai"]["cache"]) == (
+        False,
+        True,
+    )
+    assert second.model_extra["infrai"]["cost_nanos"] == 0
+    assert LedgerEntry.objects.filter(kind="usage").count() == 1
 
 
 @pytest.mark.parametrize(

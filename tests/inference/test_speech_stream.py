@@ -74,3 +74,23 @@ def test_audio_cut_by_the_vendor_is_not_charged(api_base, issue_key, tts):
     assert log.status == RequestStatus.VENDOR_ERROR and log.cost_nanos == 0
     assert not LedgerEntry.objects.filter(kind="usage").exists()
     assert not Hold.objects.filter(status=HoldStatus.OPEN).exists()
+
+
+def test_identical_speech_is_answered_from_the_cache_for_free(api_base, issue_key, tts):
+    key = issue_key()
+    first, second = _speak(api_base, key), _speak(api_base, key)
+    assert first.content == second.content and len(first.content) == SPEECH_CHUNKS * 1024
+    assert "x-infrai-cache" not in first.headers and second.headers["x-infrai-cache"] == "hit"
+    assert second.headers["x-infrai-cost-usd"] == "0"
+    assert len(tts["primary"].requests) == 1
+    assert LedgerEntry.objects.filter(kind="usage").count() == 1
+
+
+def test_audio_cut_short_is_never_cached(api_base, issue_key, tts):
+    tts["primary"].cut_after = 3
+    key = issue_key()
+    _speak(api_base, key)
+    tts["primary"].cut_after = None
+    again = _speak(api_base, key)
+    assert "x-infrai-cache" not in again.headers
+    assert len(again.content) == SPEECH_CHUNKS * 1024
