@@ -6,8 +6,10 @@ import hashlib
 import secrets
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from django.utils.module_loading import import_string
 from django.utils.text import slugify
 
 from accounts import keys
@@ -37,7 +39,16 @@ def organization_create(*, name: str, owner: User | None = None, slug: str = "")
         org = Organization.objects.create(name=name, slug=candidate)
         if owner is not None:
             Membership.objects.create(user=owner, organization=org, role=Role.OWNER)
+        _organization_opened_hook(organization=org, owner=owner)
     return org
+
+
+def _organization_opened_hook(*, organization: Organization, owner: User | None) -> None:
+    """Run ``settings.INFRAI_ORGANIZATION_OPENED_HOOK`` (billing opens the wallet and grants the
+    starter credit) in the creating transaction; a setting so ``accounts`` imports no other app."""
+    dotted = getattr(settings, "INFRAI_ORGANIZATION_OPENED_HOOK", "")
+    if dotted:
+        import_string(dotted)(organization=organization, owner=owner)
 
 
 def membership_set(*, organization: Organization, user: User, role: Role | str) -> Membership:

@@ -59,6 +59,7 @@ class EntryKind(models.TextChoices):
     ADJUSTMENT = "adjustment", "Adjustment"
     AUTO_RECHARGE = "auto_recharge", "Auto-recharge"
     CREDIT = "credit", "Promotional credit"
+    STARTER_CREDIT = "starter_credit", "Starter credit"
     HOLD_EXPIRED = "hold_expired", "Hold expired (released)"
 
 

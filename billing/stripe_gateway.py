@@ -112,7 +112,9 @@ def checkout_session_create(
     """A one-off Checkout session charging ``amount_nanos`` (whole cents) in USD.
 
     ``client_reference_id`` and the metadata carry the organization, so a webhook can be
-    matched even without our own row.
+    matched even without our own row. The card is saved for later off-session charges
+    (``setup_future_usage="off_session"``); the ``payment_intent.succeeded`` webhook stores it
+    on the wallet, which is what lets auto-recharge be switched on.
     """
     metadata = {"organization_id": str(organization_id), "infrai_kind": "topup"}
     try:
@@ -124,7 +126,10 @@ def checkout_session_create(
                 "success_url": success_url,
                 "cancel_url": cancel_url,
                 "metadata": metadata,
-                "payment_intent_data": {"metadata": metadata},
+                "payment_intent_data": {
+                    "metadata": metadata,
+                    "setup_future_usage": "off_session",
+                },
                 "line_items": [
                     {
                         "quantity": 1,
@@ -140,6 +145,52 @@ def checkout_session_create(
     except stripe.StripeError as exc:
         raise _failure(exc) from exc
     return CheckoutSession(id=str(session.id), url=str(session.url or ""))
+
+
+def checkout_setup_session_create(
+    *, customer_id: str, organization_id: int, success_url: str, cancel_url: str
+) -> CheckoutSession:
+    """A Checkout session in setup mode: the customer saves a (new) card, nothing is charged.
+
+    The ``setup_intent.succeeded`` webhook (metadata ``infrai_kind=card_setup``) stores the card.
+    """
+    metadata = {"organization_id": str(organization_id), "infrai_kind": "card_setup"}
+    try:
+        session = client().v1.checkout.sessions.create(
+            params={
+                "mode": "setup",
+                "currency": "usd",
+                "customer": customer_id,
+                "client_reference_id": str(organization_id),
+                "success_url": success_url,
+                "cancel_url": cancel_url,
+                "metadata": metadata,
+                "setup_intent_data": {"metadata": metadata},
+            }
+        )
+    except stripe.StripeError as exc:
+        raise _failure(exc) from exc
+    return CheckoutSession(id=str(session.id), url=str(session.url or ""))
+
+
+def payment_method_detach(*, payment_method_id: str) -> None:
+    """Detach a saved card from its customer (it can no longer be charged)."""
+    try:
+        client().v1.payment_methods.detach(payment_method_id)
+    except stripe.StripeError as exc:
+        raise _failure(exc) from exc
+
+
+def payment_method_label(*, payment_method_id: str) -> str:
+    """A card as a person reads it (``"visa •••• 4242"``); raises StripeFailure."""
+    try:
+        pm = client().v1.payment_methods.retrieve(payment_method_id)
+    except stripe.StripeError as exc:
+        raise _failure(exc) from exc
+    card = getattr(pm, "card", None)
+    if card is None:
+        return str(pm.type or "payment method")
+    return f"{card.brand} •••• {card.last4}"
 
 
 def charge_off_session(

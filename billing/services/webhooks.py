@@ -20,6 +20,9 @@
   integer, another or no currency — it is stored ``refused`` with the reason, logged at WARNING
   and answered 200 (Stripe stops retrying; redelivery cannot fix it); nothing is credited or
   debited.
+- A top-up's ``payment_intent.succeeded`` (Checkout saves the card with
+  ``setup_future_usage=off_session``) and a setup session's ``setup_intent.succeeded`` store the
+  card on the wallet (``auto_recharge_payment_method_id``); they move no money.
 - An event we cannot attribute (unknown customer/organization) is stored ``failed`` with the
   reason for staff, logged at ERROR and answered 200 (retrying cannot fix it). An unexpected
   error rolls everything back and answers 500, so Stripe delivers it again.
@@ -298,8 +301,31 @@ def _dispute_closed(dispute: Obj) -> _Outcome:
     return _ok(f"dispute {status}")
 
 
+def _card_store(obj: Obj, *, what: str) -> _Outcome:
+    """Store the payment method a top-up (or a setup session) saved for off-session use."""
+    method = _id_of(obj.get("payment_method"))
+    if not method:
+        return _ignored(f"{what} saved no payment method")
+    wallet = _wallet_by(customer=_customer_of(obj), metadata=obj.get("metadata"))
+    if wallet is None:
+        return _failed(f"no organization for this {what}")
+    Wallet.objects.filter(pk=wallet.pk).update(
+        auto_recharge_payment_method_id=method[:64], auto_recharge_last_error=""
+    )
+    return _ok(f"card saved from the {what}")
+
+
+def _setup_intent_succeeded(intent: Obj) -> _Outcome:
+    if (intent.get("metadata") or {}).get("infrai_kind") != "card_setup":
+        return _ignored("not an infrai card setup")
+    return _card_store(intent, what="card setup")
+
+
 def _payment_intent_succeeded(intent: Obj) -> _Outcome:
     metadata = intent.get("metadata") or {}
+    if metadata.get("infrai_kind") == "topup" and intent.get("setup_future_usage") == "off_session":
+        # The money comes from the checkout events; this one only carries the saved card.
+        return _card_store(intent, what="top-up")
     if metadata.get("infrai_kind") != "auto_recharge":
         return _ignored("not an auto-recharge (Checkout top-ups are credited by checkout events)")
     amount_field = "amount_received" if intent.get("amount_received") is not None else "amount"
@@ -332,6 +358,7 @@ _HANDLERS = {
     "charge.dispute.created": _dispute_created,
     "charge.dispute.closed": _dispute_closed,
     "payment_intent.succeeded": _payment_intent_succeeded,
+    "setup_intent.succeeded": _setup_intent_succeeded,
 }
 
 

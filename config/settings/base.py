@@ -7,6 +7,7 @@ Setting ``DATABASE_URL`` / ``REDIS_URL`` switches to PostgreSQL / Redis.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 from pathlib import Path
 
@@ -221,3 +222,19 @@ AXES_USERNAME_FORM_FIELD = "username"
 # uvicorn sets REMOTE_ADDR from X-Forwarded-For only for trusted proxies (FORWARDED_ALLOW_IPS).
 AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
 AXES_VERBOSE = False
+
+# --- self-serve customers (issue 15; docs/billing.md, docs/dashboard.md) ---
+# Credit a new organization gets once its owner's e-mail is verified (once per organization and
+# per address; 0 turns it off). A ledger entry of kind starter_credit.
+INFRAI_STARTER_CREDIT_USD = env.str("INFRAI_STARTER_CREDIT_USD", default="0.50")
+# Called with (organization=, owner=) inside organization_create's transaction: opens the wallet.
+INFRAI_ORGANIZATION_OPENED_HOOK = "billing.services.starter.organization_opened"
+# Static files served by the app itself (WhiteNoise, right after SecurityMiddleware), compressed
+# from STATIC_ROOT (`manage.py collectstatic`) and, failing that, from the apps' static folders.
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+)
+WHITENOISE_USE_FINDERS = True  # also serves files not yet collected (no 404 before collectstatic)
+with contextlib.suppress(OSError):  # WhiteNoise warns at every start when STATIC_ROOT is missing
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
