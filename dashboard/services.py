@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from accounts.models import ApiKey, Invitation, Organization, Project, User
 from accounts.services import api_key_create, organization_create, user_create
+from billing.services.starter import starter_credit_on_verified as _starter_on_verified
 
 VERIFY_SALT = "dashboard.verify-email"
 VERIFY_MAX_AGE_S = 3 * 24 * 3600
@@ -78,3 +79,9 @@ def playground_key_create(*, project: Project, user: User) -> tuple[ApiKey, str]
 def organization_create_for(*, user: User, name: str) -> Organization:
     """A new organization owned by ``user``."""
     return organization_create(name=name, owner=user)
+
+
+def starter_credit_on_verified(*, user: User) -> int | None:
+    """Grant the starter credit once ``user`` is verified; the amount granted (nano-USD)."""
+    entry = _starter_on_verified(user=user)
+    return entry.amount_nanos if entry is not None else None

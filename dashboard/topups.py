@@ -13,6 +13,7 @@ from django.conf import settings
 
 from accounts.models import Organization, User
 from billing.money import usd_to_nanos
+from billing.services import cards
 from billing.services.recharge import auto_recharge_configure
 from billing.services.topups import topup_checkout_start
 from billing.stripe_gateway import StripeFailure
@@ -68,7 +69,7 @@ def auto_recharge_save(
     """
     summary = wallet_summary(organization=organization)
     if not summary.payment_method_id:
-        return "Auto-recharge needs a saved card; none is saved for this organization yet."
+        return NO_CARD
     try:
         auto_recharge_configure(
             organization=organization,
@@ -82,3 +83,35 @@ def auto_recharge_save(
     except StripeFailure:
         return UNAVAILABLE
     return ""
+
+
+NO_CARD = (
+    "Auto-recharge charges a saved card, and none is saved yet: your first top-up saves the card "
+    "you pay with (or add one on the card page)."
+)
+
+
+def card_setup_start(
+    *, organization: Organization, success_url: str, cancel_url: str
+) -> CheckoutStart:
+    """A Checkout session (setup mode) to save a new card; nothing is charged."""
+    try:
+        url = cards.card_setup_start(
+            organization=organization, success_url=success_url, cancel_url=cancel_url
+        )
+    except StripeFailure:
+        return CheckoutStart(error=UNAVAILABLE)
+    return CheckoutStart(url=url)
+
+
+def card_remove(*, organization: Organization) -> str:
+    """Remove the saved card (auto-recharge goes off); a message for the user."""
+    try:
+        removed = cards.card_remove(organization=organization)
+    except StripeFailure:
+        return UNAVAILABLE
+    return "" if removed else "No card is saved."
+
+
+def card_label(*, organization: Organization) -> str:
+    return cards.card_label(organization=organization) if available() else ""

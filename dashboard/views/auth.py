@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 from accounts.models import User
 from accounts.selectors import organizations_for_user, user_get
 from accounts.services import user_mark_email_verified
+from billing.money import nanos_to_usd_str
 from dashboard import services
 from dashboard.forms import SignupForm
 
@@ -81,7 +82,13 @@ def verify_email(request: HttpRequest, token: str) -> HttpResponse:
     if found is None or user is None or user.email != found[1]:
         return render(request, "registration/verify_invalid.html", status=400)
     user_mark_email_verified(user=user)
+    user.email_verified = True
+    credit = services.starter_credit_on_verified(user=user)
     messages.success(request, "Your e-mail address is verified.")
+    if credit is not None:
+        messages.success(
+            request, f"Your organization got ${nanos_to_usd_str(credit)} of starter credit."
+        )
     if request.user.is_authenticated and request.user.pk == user.pk:
         return redirect("dashboard:home")
     return redirect("dashboard:login")

@@ -30,6 +30,7 @@ from accounts.services import (
     membership_change_role,
     membership_remove,
 )
+from billing.money import NANOS_PER_CENT
 from dashboard import billing_reads, selectors, services
 from dashboard.forms import InviteForm, OrganizationForm, RoleForm
 from dashboard.permissions import MANAGE_ORG, OrgContext, org_view
@@ -65,8 +66,15 @@ def overview(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
         if ctx.can_see_billing
         else None
     )
+    needs_credit = (
+        billing_reads.wallet_summary(organization=ctx.organization).available_nanos
+        < NANOS_PER_CENT
+    )
     return render_org(
-        request, ctx, "dashboard/overview.html", {"summary": summary, "balance": balance}
+        request,
+        ctx,
+        "dashboard/overview.html",
+        {"summary": summary, "balance": balance, "needs_credit": needs_credit},
     )
 
 

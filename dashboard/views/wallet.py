@@ -40,6 +40,7 @@ def _wallet_page(
     ctx: OrgContext,
     *,
     topup_form: TopUpForm | None = None,
+    recharge_form: AutoRechargeForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
     org = ctx.organization
@@ -61,13 +62,15 @@ def _wallet_page(
             "next_before": entries[-1].pk if has_more else None,
             "topup_form": topup_form or TopUpForm(),
             "topups_available": topups.available(),
-            "recharge_form": AutoRechargeForm(
+            "recharge_form": recharge_form
+            or AutoRechargeForm(
                 initial={
                     "enabled": summary.auto_recharge_enabled,
                     "threshold_usd": _usd(summary.auto_recharge_threshold_nanos) or 10,
                     "amount_usd": _usd(summary.auto_recharge_amount_nanos) or 25,
                 }
             ),
+            "recharge_blocked": "" if summary.has_payment_method else topups.NO_CARD,
             "statement_form": StatementForm(initial={"month": today.replace(day=1)}),
             "topup_notice": TOPUP_NOTICES.get(request.GET.get("topup", ""), ""),
         },
@@ -104,21 +107,65 @@ def topup(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
 @org_view(SEE_BILLING)
 @require_POST
 def auto_recharge(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
+    """Save the settings; on any error the page comes back with what was typed (400)."""
     form = AutoRechargeForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, "Check the auto-recharge amounts: " + form.errors.as_text())
-    else:
+    if form.is_valid():
         error = topups.auto_recharge_save(
             organization=ctx.organization,
             enabled=form.cleaned_data["enabled"],
             threshold_usd=form.cleaned_data["threshold_usd"],
             amount_usd=form.cleaned_data["amount_usd"],
         )
-        if error:
-            messages.error(request, error)
-        else:
+        if not error:
             messages.success(request, "Saved the auto-recharge settings.")
-    return redirect("dashboard:wallet", slug=ctx.organization.slug)
+            return redirect("dashboard:wallet", slug=ctx.organization.slug)
+        form.add_error(None, error)
+    return _wallet_page(request, ctx, recharge_form=form, status=400)
+
+
+@org_view(SEE_BILLING)
+def card(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
+    """The saved card: what it is, replace it (Checkout in setup mode) or remove it."""
+    notice = {
+        "saved": "Stripe is confirming the new card; it appears here within seconds.",
+        "cancelled": "Nothing was changed.",
+    }.get(request.GET.get("setup", ""), "")
+    return render_org(
+        request,
+        ctx,
+        "dashboard/card.html",
+        {
+            "card_label": topups.card_label(organization=ctx.organization),
+            "topups_available": topups.available(),
+            "notice": notice,
+        },
+    )
+
+
+@org_view(SEE_BILLING)
+@require_POST
+def card_replace(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
+    card_url = request.build_absolute_uri(f"/o/{ctx.organization.slug}/wallet/card/")
+    result = topups.card_setup_start(
+        organization=ctx.organization,
+        success_url=card_url + "?setup=saved",
+        cancel_url=card_url + "?setup=cancelled",
+    )
+    if result.error:
+        messages.error(request, result.error)
+        return redirect("dashboard:card", slug=ctx.organization.slug)
+    return redirect(result.url)
+
+
+@org_view(SEE_BILLING)
+@require_POST
+def card_remove(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
+    error = topups.card_remove(organization=ctx.organization)
+    if error:
+        messages.error(request, error)
+    else:
+        messages.success(request, "The card is removed; auto-recharge is off.")
+    return redirect("dashboard:card", slug=ctx.organization.slug)
 
 
 @org_view(SEE_BILLING)
