@@ -23,7 +23,7 @@ test: install
 	bash scripts/install_test_tools.sh
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy accounts billing catalog config dashboard inference
+	$(PY) -m mypy accounts billing catalog config dashboard inference management
 	bash scripts/test.sh
 
 lint:

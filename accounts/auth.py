@@ -95,9 +95,16 @@ async def authenticate(authorization: str | None) -> KeyContext:
     """Resolve the caller of a request or raise :class:`AuthenticationFailed`.
 
     Distinct codes: ``missing_api_key``, ``invalid_api_key`` (unknown or malformed),
-    ``revoked_api_key``, ``expired_api_key``. The error never echoes the key.
+    ``revoked_api_key``, ``expired_api_key``; an admin key (``ifr_admin_…``, management API
+    only) is ``invalid_api_key`` with a message saying so. The error never echoes the key.
     """
     raw = bearer_token(authorization)
+    if raw.startswith("ifr_admin_"):
+        raise AuthenticationFailed(
+            "Admin keys (ifr_admin_...) cannot call inference endpoints: they are for the "
+            "management API under /v1/organization/. Use a project API key.",
+            code="invalid_api_key",
+        )
     if not keys.is_well_formed(raw):
         raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
     key_hash = keys.hash_key(raw)

@@ -22,9 +22,11 @@ v1_app = V1Consumer.as_asgi()
 
 
 async def http_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """Send ``/v1`` and ``/v1/...`` to :class:`V1Consumer`; everything else to Django."""
+    """Send ``/v1`` and ``/v1/...`` (but ``/v1/organization/...``) to :class:`V1Consumer`;
+    everything else to Django."""
     path: str = scope["path"]
-    if path == "/v1" or path.startswith("/v1/"):
+    # The management API (DRF, admin keys) goes through Django's stack; inference stays lean.
+    if (path == "/v1" or path.startswith("/v1/")) and not path.startswith("/v1/organization/"):
         await v1_app(scope, receive, send)
     else:
         await django_asgi_app(scope, receive, send)

@@ -1,4 +1,5 @@
-"""Django URLs (``/v1`` is not here: :mod:`config.asgi` sends it to the API consumer)."""
+"""Django URLs (``/v1`` is not here: :mod:`config.asgi` sends it to the API consumer, all but
+the management API under ``/v1/organization/``, which is Django REST framework)."""
 
 from django.contrib import admin
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
@@ -15,6 +16,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz),
     path("billing/", include("billing.urls")),
+    path("v1/organization/", include("management.urls")),
     path("", include("dashboard.urls")),
 ]
 

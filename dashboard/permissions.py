@@ -1,7 +1,10 @@
-"""Who may do what in the dashboard. Every organization page goes through :func:`org_view`.
+"""Who may do what in an organization: the dashboard and the management API share these rules.
 
-Pages live under ``/o/<slug>/``. A user who is not a member gets 404 (another tenant's
-organization is indistinguishable from a missing one); a member without the role gets 403.
+Every organization page goes through :func:`org_view`; every management API view goes through
+:func:`role_allows` and :func:`may_edit_member` (``management/views``), so a role can do the same
+things over HTTP as in the browser. Pages live under ``/o/<slug>/``. A user who is not a member
+gets 404 (another tenant's organization is indistinguishable from a missing one); a member
+without the role gets 403.
 """
 
 from __future__ import annotations
@@ -27,6 +30,23 @@ USE_KEYS = frozenset({Role.OWNER, Role.ADMIN, Role.MEMBER})
 SEE_BILLING = frozenset({Role.OWNER, Role.ADMIN, Role.BILLING})
 
 
+def role_allows(role: Role | str, roles: frozenset[Role]) -> bool:
+    """The one permission check: True when ``role`` is one of ``roles``."""
+    return role in roles
+
+
+def may_edit_member(actor: Role | str, target: Role | str) -> bool:
+    """Owners edit anyone; admins edit everyone but owners; nobody else edits members."""
+    if actor == Role.OWNER:
+        return True
+    return actor == Role.ADMIN and target != Role.OWNER
+
+
+def may_grant(actor: Role | str, role: Role | str) -> bool:
+    """Who may give (by invitation or role change) ``role``: only an owner makes owners."""
+    return role_allows(actor, MANAGE_ORG) and (role != Role.OWNER or actor == Role.OWNER)
+
+
 @dataclass(frozen=True, slots=True)
 class OrgContext:
     """The organization a page is about and the signed-in user's membership of it."""
@@ -40,7 +60,7 @@ class OrgContext:
         return Role(self.membership.role)
 
     def can(self, roles: frozenset[Role]) -> bool:
-        return self.role in roles
+        return role_allows(self.role, roles)
 
     @property
     def can_manage(self) -> bool:

@@ -238,3 +238,4 @@ MIDDLEWARE.insert(
 WHITENOISE_USE_FINDERS = True  # also serves files not yet collected (no 404 before collectstatic)
 with contextlib.suppress(OSError):  # WhiteNoise warns at every start when STATIC_ROOT is missing
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+INSTALLED_APPS += ["management"]  # the management API (/v1/organization/…, admin keys)

@@ -1,0 +1,1 @@
+"""The management API's views, one module per resource."""

@@ -1,0 +1,71 @@
+"""The role matrix: owner / admin / billing / member × every action, as in the dashboard."""
+
+from __future__ import annotations
+
+from accounts.models import Role
+from accounts.selectors import membership_get
+from accounts.services import membership_change_role
+from management.models import AdminKey
+
+OW, AD, BI, ME = Role.OWNER, Role.ADMIN, Role.BILLING, Role.MEMBER
+EVERYONE = {OW, AD, BI, ME}
+
+# (method, path, body, roles allowed). {p} is a project id, {k} one of its keys, {u} a member.
+MATRIX = [
+    ("GET", "/projects", None, EVERYONE),
+    ("GET", "/projects/{p}", None, EVERYONE),
+    ("POST", "/projects", {"name": "n-{role}"}, {OW, AD}),
+    ("POST", "/projects/{p}", {"monthly_budget_usd": "5"}, {OW, AD}),
+    ("GET", "/projects/{p}/api_keys", None, EVERYONE),
+    ("POST", "/projects/{p}/api_keys", {"name": "k"}, {OW, AD, ME}),
+    ("POST", "/projects/{p}/api_keys/{k}", {"name": "renamed"}, {OW, AD, ME}),
+    ("GET", "/users", None, EVERYONE),
+    ("POST", "/users/{u}", {"role": "member"}, {OW, AD}),
+    ("GET", "/invites", None, {OW, AD}),
+    ("POST", "/invites", {"email": "i-{role}@example.com"}, {OW, AD}),
+    ("GET", "/usage/completions?start_time=0&limit=1", None, EVERYONE),
+    ("GET", "/costs?start_time=0&limit=1", None, EVERYONE),
+    ("GET", "/requests", None, EVERYONE),
+    ("GET", "/wallet", None, {OW, AD, BI}),
+    ("GET", "/wallet/ledger", None, {OW, AD, BI}),
+    ("GET", "/models", None, EVERYONE),
+    ("GET", "/admin_api_keys", None, {OW, AD}),
+    ("DELETE", "/projects/{p}/api_keys/{k}", None, {OW, AD, ME}),
+    ("POST", "/projects/{p}/archive", None, {OW, AD}),
+]
+
+
+def test_every_role_can_do_exactly_what_the_dashboard_lets_it(tenant, key_with_role):
+    clients = {role: key_with_role(role) for role in (OW, AD, BI, ME)}
+    target = tenant.http.post("/projects", json={"name": "target-user-holder"}).json()
+    assert target["id"].startswith("proj_")
+    member_user_id = tenant.http.get("/users", params={"limit": 100}).json()["data"][-1]["id"]
+    failures = []
+    for role, http in clients.items():
+        project = tenant.http.post("/projects", json={"name": f"p-{role}"}).json()["id"]
+        key = tenant.http.post(f"/projects/{project}/api_keys", json={}).json()["id"]
+        for method, path, body, allowed in MATRIX:
+            url = path.format(p=project, k=key, u=member_user_id, role=role)
+            data = {k: v.format(role=role) for k, v in body.items()} if body else None
+            status = http.request(method, url, json=data).status_code
+            expected_ok = role in allowed
+            if expected_ok != (status < 400) or (not expected_ok and status != 403):
+                failures.append((role.value, method, url, status))
+    assert failures == []
+
+
+def test_a_key_follows_its_creator_down_but_never_up(tenant, key_with_role):
+    admin = key_with_role(Role.ADMIN)
+    row = AdminKey.objects.filter(organization=tenant.org, role="admin").get()
+    membership = membership_get(user=row.created_by, organization=tenant.org)
+    assert admin.get("/invites").status_code == 200
+
+    membership_change_role(membership=membership, role=Role.OWNER)
+    assert (
+        admin.post("/invites", json={"email": "o@example.com", "role": "owner"}).status_code == 403
+    )
+
+    membership_change_role(membership=membership, role=Role.MEMBER)
+    assert admin.get("/invites").status_code == 403
+    assert admin.get("/wallet").status_code == 403
+    assert admin.get("/projects").status_code == 200
