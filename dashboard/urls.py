@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, reverse_lazy
 
-from dashboard.views import auth, keys, orgs, playground, projects, start, usage, wallet
+from dashboard.views import admin_keys, auth, keys, orgs, playground, projects, start, usage, wallet
 
 app_name = "dashboard"
 
@@ -31,6 +31,7 @@ org_patterns = [
     path("keys/new/", keys.key_create, name="key_create"),
     path("keys/<int:key_id>/", keys.key_edit, name="key_edit"),
     path("keys/<int:key_id>/revoke/", keys.key_revoke, name="key_revoke"),
+    path("admin-keys/", admin_keys.admin_keys, name="admin_keys"),
     path("wallet/", wallet.wallet, name="wallet"),
     path("wallet/topup/", wallet.topup, name="topup"),
     path("wallet/auto-recharge/", wallet.auto_recharge, name="auto_recharge"),
