@@ -1,7 +1,9 @@
 """Dashboard URLs. Organization pages live under ``/o/<slug>/``."""
 
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path, reverse_lazy
+from django.views.generic import RedirectView
 
 from dashboard.views import admin_keys, auth, keys, orgs, playground, projects, start, usage, wallet
 
@@ -30,6 +32,7 @@ org_patterns = [
     path("keys/", keys.key_list, name="keys"),
     path("keys/new/", keys.key_create, name="key_create"),
     path("keys/<int:key_id>/", keys.key_edit, name="key_edit"),
+    path("keys/<int:key_id>/created/", keys.key_created, name="key_created"),
     path("keys/<int:key_id>/revoke/", keys.key_revoke, name="key_revoke"),
     path("admin-keys/", admin_keys.admin_keys, name="admin_keys"),
     path("wallet/", wallet.wallet, name="wallet"),
@@ -47,6 +50,7 @@ org_patterns = [
 
 urlpatterns = [
     path("", auth.home, name="home"),
+    path("favicon.ico", RedirectView.as_view(url=static("dashboard/favicon.svg"), permanent=True)),
     path("signup/", auth.signup, name="signup"),
     path("verify/", auth.verify_pending, name="verify_pending"),
     path("verify/resend/", auth.verify_resend, name="verify_resend"),

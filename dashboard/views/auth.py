@@ -14,9 +14,9 @@ from django.views.decorators.http import require_POST
 from accounts.models import User
 from accounts.selectors import organizations_for_user, user_get
 from accounts.services import user_mark_email_verified
-from billing.money import nanos_to_usd_str
 from dashboard import services
 from dashboard.forms import SignupForm
+from dashboard.templatetags.dashboard import usd
 
 
 def _send_verification(request: HttpRequest, user: User) -> None:
@@ -87,7 +87,7 @@ def verify_email(request: HttpRequest, token: str) -> HttpResponse:
     messages.success(request, "Your e-mail address is verified.")
     if credit is not None:
         messages.success(
-            request, f"Your organization got ${nanos_to_usd_str(credit)} of starter credit."
+            request, f"Your organization got {usd(credit)} of starter credit."
         )
     if request.user.is_authenticated and request.user.pk == user.pk:
         return redirect("dashboard:home")

@@ -1,9 +1,16 @@
-"""API keys: list, create (the full key shown once), rename, expiry, revoke."""
+"""API keys: list, create (the full key shown once), rename, expiry, revoke.
+
+Creation is post/redirect/get: the POST creates the key and parks the full key in the session
+under the key's id; the redirected GET shows it and removes it from the session, so a reload
+(or the back button) shows it never again and never creates another key. Revoking a key someone
+else created needs an owner or admin.
+"""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils import timezone
@@ -25,7 +32,9 @@ def _list_page(
         ctx,
         "dashboard/keys.html",
         {
-            "keys": api_keys_for_organization(organization=ctx.organization),
+            "keys": api_keys_for_organization(organization=ctx.organization).select_related(
+                "created_by"
+            ),
             "form": form or ApiKeyCreateForm(projects=projects),
             "has_projects": projects.exists(),
             "now": timezone.now(),
@@ -43,7 +52,7 @@ def key_list(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
 @org_view(USE_KEYS)
 @require_POST
 def key_create(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
-    """Create a key and show it in this response only; it is never shown again."""
+    """Create a key, then redirect to the page that shows it once."""
     projects = projects_for_organization(organization=ctx.organization)
     form = ApiKeyCreateForm(request.POST, projects=projects)
     if not form.is_valid():
@@ -54,6 +63,28 @@ def key_create(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
         expires_at=form.expires_at,
         created_by=ctx.user,
     )
+    request.session[_once_slot(api_key.pk)] = raw
+    return redirect("dashboard:key_created", slug=ctx.organization.slug, key_id=api_key.pk)
+
+
+def _once_slot(key_id: int) -> str:
+    return f"dashboard.new-key.{key_id}"
+
+
+@org_view(USE_KEYS)
+def key_created(request: HttpRequest, ctx: OrgContext, key_id: int) -> HttpResponse:
+    """Show a just-created key once (taken out of the session); a reload goes to the list."""
+    api_key = api_key_get(organization=ctx.organization, key_id=key_id)
+    if api_key is None:
+        raise_404()
+    raw = request.session.pop(_once_slot(key_id), None)
+    if raw is None:
+        messages.info(
+            request,
+            f"The full key {api_key.display} was shown once and cannot be shown again. "
+            "If you lost it, revoke it and create another.",
+        )
+        return redirect("dashboard:keys", slug=ctx.organization.slug)
     page = render_org(
         request,
         ctx,
@@ -86,6 +117,8 @@ def key_revoke(request: HttpRequest, ctx: OrgContext, key_id: int) -> HttpRespon
     api_key = api_key_get(organization=ctx.organization, key_id=key_id)
     if api_key is None:
         raise_404()
+    if api_key.created_by_id != ctx.user.pk and not ctx.can_manage:
+        raise PermissionDenied("Only an owner or admin may revoke a key someone else created.")
     api_key_revoke(api_key=api_key)
     messages.success(request, f"Revoked {api_key.display}. Calls with it now fail with 401.")
     return redirect("dashboard:keys", slug=ctx.organization.slug)

@@ -29,6 +29,7 @@ from playwright.sync_api import BrowserContext, Page, Route, expect
 from accounts.models import Membership, Organization, Role, User
 from accounts.services import api_key_create, membership_set, project_create
 from billing import stripe_gateway
+from billing.models import Wallet
 from billing.stripe_gateway import CheckoutSession
 from catalog.documents import catalog_load
 from catalog.models import Vendor
@@ -159,6 +160,9 @@ def fake_checkout(monkeypatch: pytest.MonkeyPatch, settings: Any) -> list[dict[s
         return CheckoutSession(id="cs_test_browser", url=CHECKOUT_URL)
 
     monkeypatch.setattr(stripe_gateway, "customer_create", lambda **_: "cus_test_browser")
+    monkeypatch.setattr(
+        stripe_gateway, "payment_method_attach", lambda **kw: kw["payment_method_id"]
+    )
     monkeypatch.setattr(stripe_gateway, "checkout_session_create", checkout_session_create)
     return sessions
 
@@ -207,6 +211,49 @@ def _send_paid_webhook(live_url: str, session: dict[str, Any]) -> httpx.Response
     )
 
 
+def _signed_post(live_url: str, event: dict[str, Any]) -> httpx.Response:
+    payload = json.dumps(event)
+    timestamp = int(time.time())
+    signature = stripe.WebhookSignature._compute_signature(f"{timestamp}.{payload}", WEBHOOK_SECRET)
+    return httpx.post(
+        f"{live_url}/billing/stripe/webhook",
+        content=payload.encode(),
+        headers={
+            "Stripe-Signature": f"t={timestamp},v1={signature}",
+            "Content-Type": "application/json",
+        },
+    )
+
+
+def _send_card_saved_webhook(live_url: str, session: dict[str, Any]) -> httpx.Response:
+    """The top-up's ``payment_intent.succeeded``: Checkout saved the card for off-session use."""
+    return _signed_post(
+        live_url,
+        {
+            "id": "evt_test_browser_pi",
+            "object": "event",
+            "type": "payment_intent.succeeded",
+            "created": int(time.time()),
+            "livemode": False,
+            "data": {
+                "object": {
+                    "id": "pi_test_browser",
+                    "object": "payment_intent",
+                    "amount": session["amount_nanos"] // 10_000_000,
+                    "currency": "usd",
+                    "customer": session["customer_id"],
+                    "payment_method": "pm_browser",
+                    "setup_future_usage": "off_session",
+                    "metadata": {
+                        "organization_id": str(session["organization_id"]),
+                        "infrai_kind": "topup",
+                    },
+                }
+            },
+        },
+    )
+
+
 def test_signup_to_first_call_live_usage_and_a_checkout_top_up(
     page: Page,
     context: BrowserContext,
@@ -225,11 +272,12 @@ def test_signup_to_first_call_live_usage_and_a_checkout_top_up(
     page.get_by_role("button", name="Create account").click()
     expect(page.get_by_role("heading", name="Check your inbox")).to_be_visible()
 
-    # Verify: the link from the e-mail.
+    # Verify: the link from the e-mail. The organization gets its starter credit then.
     assert len(mail.outbox) == 1
     link = re.search(r"http://\S+", mail.outbox[0].body).group(0)
     page.goto(link)
     expect(page.get_by_text("Your e-mail address is verified.")).to_be_visible()
+    expect(page.get_by_text("$0.50 of starter credit")).to_be_visible()
     expect(page.get_by_role("heading", name="Hopper Labs")).to_be_visible()
     assert User.objects.get(email="grace@example.com").email_verified
 
@@ -252,10 +300,19 @@ def test_signup_to_first_call_live_usage_and_a_checkout_top_up(
     client = openai.OpenAI(base_url=f"{live_url}/v1", api_key=copied, max_retries=0)
     assert "demo-chat" in [m.id for m in client.models.list()]
 
+    # The first call works on the starter credit alone: no operator, no payment yet.
+    first = client.chat.completions.create(
+        model="demo-chat", messages=[{"role": "user", "content": "First call"}]
+    )
+    assert first.choices[0].message.content
+
     # Top up through Checkout: the redirect leaves our site, Stripe pays, the webhook credits.
     context.route("https://checkout.stripe.test/**", _stripe_page)
     page.get_by_role("link", name="Wallet").click()
-    expect(page.get_by_test_id("balance")).to_have_text("$0.00")
+    starter = page.get_by_test_id("balance").inner_text()
+    assert starter.startswith("$0.4")  # $0.50 less the first call
+    expect(page.get_by_test_id("recharge-reason")).to_be_visible()
+    expect(page.locator("[data-testid=recharge-form] fieldset")).to_be_disabled()
     page.get_by_label("$25").check()
     page.get_by_role("button", name="Continue to payment").click()
     expect(page.get_by_role("heading", name="Pay infrai")).to_be_visible()
@@ -263,12 +320,27 @@ def test_signup_to_first_call_live_usage_and_a_checkout_top_up(
     assert _send_paid_webhook(live_url, fake_checkout[0]).status_code == 200
     page.goto(fake_checkout[0]["success_url"])  # Stripe's redirect back
     expect(page.get_by_test_id("topup-notice")).to_be_visible()
-    expect(page.get_by_test_id("balance")).to_have_text("$25.00")
+    expect(page.get_by_test_id("balance")).not_to_have_text(starter)
+    assert fake_checkout[0]["amount_nanos"] == 25_000_000_000
+    balance = Wallet.objects.get(organization__name="Hopper Labs").balance_nanos
+    assert 25_400_000_000 < balance < 25_500_000_000
+
+    # The payment saved the card (setup_future_usage): now auto-recharge can be switched on.
+    assert _send_card_saved_webhook(live_url, fake_checkout[0]).status_code == 200
+    page.reload()
+    expect(page.get_by_test_id("recharge-reason")).to_have_count(0)
+    page.get_by_label("Recharge automatically").check()
+    page.get_by_label("When the balance falls below (USD)").fill("5")
+    page.get_by_label("Add (USD)").fill("20")
+    page.get_by_role("button", name="Save auto-recharge").click()
+    expect(page.get_by_text("Saved the auto-recharge settings.")).to_be_visible()
+    wallet = Wallet.objects.get(organization__name="Hopper Labs")
+    assert wallet.auto_recharge_enabled and wallet.auto_recharge_payment_method_id == "pm_browser"
 
     # A chat completion with the SDK appears on the usage page without a reload.
     page.get_by_role("link", name="Usage").click()
     expect(page.locator("body[data-live=on]")).to_be_attached()
-    expect(page.get_by_test_id("total-requests")).to_have_text("0")
+    expect(page.get_by_test_id("total-requests")).to_have_text("1")
     reply = client.chat.completions.create(
         model="demo-chat", messages=[{"role": "user", "content": "Hello there"}]
     )
@@ -276,9 +348,9 @@ def test_signup_to_first_call_live_usage_and_a_checkout_top_up(
     live_row = page.locator("table[data-live-log] tbody tr").first
     expect(live_row).to_contain_text("demo-chat")
     expect(live_row).to_contain_text("demo")
-    expect(page.get_by_test_id("total-requests")).to_have_text("1")
+    expect(page.get_by_test_id("total-requests")).to_have_text("2")
     page.reload()
-    expect(page.get_by_test_id("total-requests")).to_have_text("1")
+    expect(page.get_by_test_id("total-requests")).to_have_text("2")
     page.screenshot(path=shots / "usage.png", full_page=True)
 
     page.get_by_role("link", name="Wallet").click()
@@ -457,3 +529,64 @@ def test_main_pages_render_in_the_browser_without_errors(
     assert page.locator("#answer").inner_text().strip()
     page.screenshot(path=shots / "playground.png", full_page=True)
     assert errors == []
+
+
+OVERFLOW = "document.documentElement.scrollWidth <= window.innerWidth"
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "label"), [(390, 844, "phone"), (1280, 800, "desktop")]
+)
+def test_main_pages_fit_the_window_on_a_phone_and_a_desktop(
+    browser: Any, live_url: str, width: int, height: int, label: str, shots: Path
+) -> None:
+    owner, org = _demo_organization()
+    long_route = {
+        "mode": "auto",
+        "why": "balanced: best quality per price",
+        "candidates": [f"vendor-with-a-rather-long-name-{n}/model-{'x' * 40}" for n in range(6)],
+        "note": "y" * 400,
+    }
+    detail = request_log_row(organization_id=org.pk, routing=long_route)
+    ctx = browser.new_context(viewport={"width": width, "height": height}, base_url=live_url)
+    ctx.route(f"{live_url}/static/**", _serve_static)
+    page = ctx.new_page()
+    try:
+        for path in ("/", "/login/", "/signup/", "/no-such-page/"):
+            page.goto(path)
+            assert page.evaluate(OVERFLOW), (label, path)
+        _login(ctx, live_url, owner)
+        paths = [
+            "",
+            "start/",
+            "projects/",
+            "keys/",
+            "usage/",
+            "usage/requests/",
+            f"usage/requests/{detail.request_id}/",
+            "wallet/",
+            "wallet/card/",
+            "members/",
+            "playground/",
+        ]
+        for path in paths:
+            page.goto(f"/o/{org.slug}/{path}")
+            expect(page.locator("h1")).to_be_visible()
+            sizes = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+            assert sizes[0] <= sizes[1], (label, path, sizes)
+        # The routing <pre> stays inside the page (it once pushed it to 1,310 px).
+        routing = page.goto(f"/o/{org.slug}/usage/requests/{detail.request_id}/")
+        assert routing is not None and routing.status == 200
+        pre_right = page.get_by_test_id("routing").evaluate("e => e.getBoundingClientRect().right")
+        assert pre_right <= width
+        page.goto(f"/o/{org.slug}/usage/")
+        nav = page.locator("nav.side").bounding_box()
+        main = page.locator("main").bounding_box()
+        assert nav is not None and main is not None
+        if label == "phone":  # the sidebar becomes a row above the page
+            assert nav["y"] + nav["height"] <= main["y"] + 1 and main["width"] >= width - 2
+        else:  # the sidebar stays beside the page
+            assert nav["x"] + nav["width"] <= main["x"] + 1
+        page.screenshot(path=shots / f"usage-{label}.png", full_page=True)
+    finally:
+        ctx.close()

@@ -57,16 +57,19 @@ def test_members_and_billing_cannot_create_or_archive_projects(member_client, ro
     assert project.archived_at is None
 
 
-def test_created_key_is_shown_once_uncached_and_works(member_client):
+def test_created_key_is_shown_once_after_a_redirect_and_a_reload_mints_nothing(member_client):
     client, user, org = member_client(Role.MEMBER)
     project = project_create(organization=org, name="P")
-    response = client.post(
+    posted = client.post(
         f"/o/{org.slug}/keys/new/",
         {"name": "ci", "project": project.pk, "expires_in_days": "30"},
     )
+    api_key = ApiKey.objects.get(organization=org)
+    assert posted.status_code == 302
+    assert posted["Location"] == f"/o/{org.slug}/keys/{api_key.pk}/created/"
+    response = client.get(posted["Location"])
     assert response.status_code == 200
     assert response["Cache-Control"] == "no-store"
-    api_key = ApiKey.objects.get(organization=org)
     text = response.content.decode()
     raw = text.split('data-testid="new-key">', 1)[1].split("<", 1)[0]
     assert keys.is_well_formed(raw) and keys.hash_key(raw) == api_key.key_hash
@@ -74,6 +77,28 @@ def test_created_key_is_shown_once_uncached_and_works(member_client):
     assert api_key.created_by == user and api_key.expires_at > timezone.now()
     listing = client.get(f"/o/{org.slug}/keys/").content.decode()
     assert api_key.display in listing and raw not in listing
+    assert user.email in listing  # "created by"
+    # A reload of the shown page: back to the list, the key is not shown again nor re-minted.
+    again = client.get(posted["Location"], follow=True)
+    text = again.content.decode()
+    assert raw not in text and "cannot be shown again" in text
+    assert ApiKey.objects.filter(organization=org).count() == 1
+
+
+def test_revoking_someone_else_s_key_needs_an_owner_or_admin(member_client):
+    owner, owner_user, org = member_client(Role.OWNER)
+    member, member_user, _ = member_client(Role.MEMBER, org=org)
+    project = project_create(organization=org, name="P")
+    theirs, _ = api_key_create(project=project, created_by=owner_user)
+    mine, _ = api_key_create(project=project, created_by=member_user)
+    listing = member.get(f"/o/{org.slug}/keys/").content.decode()
+    assert f"/keys/{mine.pk}/revoke/" in listing and f"/keys/{theirs.pk}/revoke/" not in listing
+    assert member.post(f"/o/{org.slug}/keys/{theirs.pk}/revoke/").status_code == 403
+    assert member.post(f"/o/{org.slug}/keys/{mine.pk}/revoke/").status_code == 302
+    assert owner.post(f"/o/{org.slug}/keys/{theirs.pk}/revoke/").status_code == 302
+    theirs.refresh_from_db()
+    mine.refresh_from_db()
+    assert theirs.revoked_at is not None and mine.revoked_at is not None
 
 
 def test_billing_role_cannot_create_keys(member_client):
