@@ -18,7 +18,7 @@ from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
 from accounts.models import ApiKey, Organization, Project
-from inference.models import RequestLog
+from inference.models import RequestLog, RequestStatus
 
 Dimension = Literal["model", "vendor", "project", "key"]
 _DIMENSION_FIELD: dict[Dimension, str] = {
@@ -42,6 +42,11 @@ class UsageRow:
     @property
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+
+# The request-log status filter's "any failure" value (every status but ok).
+FAILED = "failed"
+STATUS_FILTER_CHOICES = [(FAILED, "Any failure"), *RequestStatus.choices]
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +174,9 @@ def request_log(
     """Newest calls first, ``limit`` at a time; pass the last row's id as ``before_id`` for
     the next page (keyset pagination: no ``COUNT(*)`` or ``OFFSET`` over a year of rows)."""
     qs = _logs(organization_id=organization_id, start=start, end=end)
-    if filters.status:
+    if filters.status == FAILED:
+        qs = qs.exclude(status=RequestStatus.OK)
+    elif filters.status:
         qs = qs.filter(status=filters.status)
     if filters.model:
         qs = qs.filter(model=filters.model)

@@ -43,7 +43,9 @@ org_patterns = [
     path("wallet/card/replace/", wallet.card_replace, name="card_replace"),
     path("wallet/card/remove/", wallet.card_remove, name="card_remove"),
     path("usage/", usage.usage, name="usage"),
+    path("usage/export.csv", usage.usage_export, name="usage_export"),
     path("usage/requests/", usage.request_log, name="request_log"),
+    path("usage/requests/export.csv", usage.request_log_export, name="request_log_export"),
     path("usage/requests/<str:request_id>/", usage.request_detail, name="request_detail"),
     path("playground/", playground.playground, name="playground"),
 ]

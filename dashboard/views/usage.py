@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.utils.http import urlencode
 
 from accounts.selectors import api_keys_for_organization
-from dashboard import selectors
+from dashboard import exports, selectors
 from dashboard.charts import Bar, bar_chart_svg
 from dashboard.forms import DateRangeForm, LogFilterForm
 from dashboard.permissions import OrgContext, org_view
 from dashboard.selectors import Dimension, LogFilters, day_bounds
 from dashboard.templatetags.dashboard import usd
 from dashboard.views.common import raise_404, render_org
-from inference.models import RequestStatus
 
 LOG_PAGE = 50
 BREAKDOWNS: tuple[tuple[str, Dimension], ...] = (
@@ -65,12 +65,11 @@ def usage(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
     )
 
 
-@org_view()
-def request_log(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
+def _log_filters(
+    request: HttpRequest, ctx: OrgContext
+) -> tuple[LogFilterForm, LogFilters, dict[str, Any]]:
     keys = api_keys_for_organization(organization=ctx.organization)
-    form = LogFilterForm(request.GET or None, keys=keys, statuses=RequestStatus.choices)
-    start, end = form.range()
-    lo, hi = day_bounds(start, end)
+    form = LogFilterForm(request.GET or None, keys=keys, statuses=selectors.STATUS_FILTER_CHOICES)
     data = form.cleaned_data if form.is_valid() else {}
     filters = LogFilters(
         status=data.get("status") or "",
@@ -78,6 +77,14 @@ def request_log(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
         vendor=data.get("vendor") or "",
         api_key_id=data.get("key"),
     )
+    return form, filters, data
+
+
+@org_view()
+def request_log(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
+    form, filters, data = _log_filters(request, ctx)
+    start, end = form.range()
+    lo, hi = day_bounds(start, end)
     rows = selectors.request_log(
         organization_id=ctx.organization.pk,
         start=lo,
@@ -103,8 +110,53 @@ def request_log(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
             "next_url": next_url,
             "choices": choices,
             "filtered": any([filters.status, filters.model, filters.vendor, filters.api_key_id]),
+            "export_query": urlencode(
+                {k: request.GET.get(k, "") for k in request.GET if k != "before"}
+            ),
         },
     )
+
+
+@org_view()  # type: ignore[arg-type]  # org_view is typed for HttpResponse; this one streams
+def request_log_export(request: HttpRequest, ctx: OrgContext) -> StreamingHttpResponse:
+    """The request log with the page's filters as a CSV download (newest first)."""
+    form, filters, _ = _log_filters(request, ctx)
+    start, end = form.range()
+    lo, hi = day_bounds(start, end)
+    response = StreamingHttpResponse(
+        exports.request_log_csv(
+            organization_id=ctx.organization.pk, start=lo, end=hi, filters=filters
+        ),
+        content_type="text/csv",
+    )
+    name = f"infrai-requests-{ctx.organization.slug}-{start}-{end}.csv"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+USAGE_EXPORT_BY: dict[str, Dimension | None] = {
+    "day": None,
+    "model": "model",
+    "vendor": "vendor",
+    "project": "project",
+    "key": "key",
+}
+
+
+@org_view()
+def usage_export(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
+    """``?start&end&by=day|model|vendor|project|key`` → usage of the range as CSV."""
+    form = DateRangeForm(request.GET or None)
+    start, end = form.range()
+    by_name = request.GET.get("by", "day")
+    by = USAGE_EXPORT_BY.get(by_name)
+    if by_name not in USAGE_EXPORT_BY:
+        by_name, by = "day", None
+    body = exports.usage_csv(organization_id=ctx.organization.pk, start=start, end=end, by=by)
+    response = HttpResponse(body, content_type="text/csv")
+    name = f"infrai-usage-by-{by_name}-{ctx.organization.slug}-{start}-{end}.csv"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
 
 
 @org_view()
