@@ -111,21 +111,10 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
     call.prompt = str(chat.payload["messages"])[:20000]
     payload = dict(chat.payload)
     # Routing first: a request no model can take (limits, capabilities) is a 400, never a 429.
-    decision = await call.route(routing_request(chat))
-    cap = max(output_cap(chat, c) for c in decision.candidates) if decision.candidates else 0
-    await call.limit(tokens=chat.prompt_tokens_likely + cap * chat.n)
-
-    key = None
-    if chat.cache_allowed and chat.deterministic:
-        key = response_cache.cache_key(
-            organization_id=call.key.organization_id,
-            endpoint=ENDPOINT,
-            payload=chat.payload,
-            extra=[chat.task, chat.prefer],
-        )
-        hit = await response_cache.find(key)
-        if hit is not None:
-            return await _answer_from_cache(call, chat, hit)
+    await route_and_limit(call, chat)
+    key, hit = await cached_answer(call, chat)
+    if hit is not None:
+        return await _answer_from_cache(call, chat, hit)
     if chat.stream:
         await _hold(call, chat)
         async with call.closed_on_failure():
@@ -152,6 +141,29 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
             leader.close()
     body["infrai"] = call.infrai()
     return json_response(body, headers=call.headers())
+
+
+async def route_and_limit(call: Call, chat: ChatRequest) -> None:
+    """Route (limits and capabilities refuse with a 400 here), then count the call against
+    the key's rate limits with the routed models' output caps."""
+    decision = await call.route(routing_request(chat))
+    cap = max(output_cap(chat, c) for c in decision.candidates) if decision.candidates else 0
+    await call.limit(tokens=chat.prompt_tokens_likely + cap * chat.n)
+
+
+async def cached_answer(call: Call, chat: ChatRequest) -> tuple[str | None, JSON | None]:
+    """``(cache key, cached entry)`` of a chat-shaped call: no key when it is not
+    deterministic or opted out; the entry when this organization has the answer (or an
+    identical request in flight brings it)."""
+    if not (chat.cache_allowed and chat.deterministic):
+        return None, None
+    key = response_cache.cache_key(
+        organization_id=call.key.organization_id,
+        endpoint=call.endpoint,
+        payload=chat.payload,
+        extra=[chat.task, chat.prefer],
+    )
+    return key, await response_cache.find(key)
 
 
 async def _hold(call: Call, chat: ChatRequest) -> None:

@@ -19,12 +19,12 @@ from billing.pricing import Usage
 from config.errors import ApiError
 from inference import relay, response_cache
 from inference.chat.service import (
+    cached_answer,
     completion_chunks,
     completion_usage,
     estimate_usage,
     open_upstream_stream,
-    output_cap,
-    routing_request,
+    route_and_limit,
     usage_from,
     worst_case,
 )
@@ -58,23 +58,13 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
     call.prompt = str(chat.payload["messages"])[:20000]
     payload = {k: v for k, v in chat.payload.items() if k != "max_tokens" or v is not None}
     try:  # routing first: a request no model can take is a 400 (param as Responses names it)
-        decision = await call.route(routing_request(chat))
+        await route_and_limit(call, chat)
     except ApiError as exc:
         exc.param = responses_param(exc.param)
         raise
-    cap = max(output_cap(chat, c) for c in decision.candidates) if decision.candidates else 0
-    await call.limit(tokens=chat.prompt_tokens_likely + cap)
-    key = None
-    if chat.cache_allowed and chat.deterministic:
-        key = response_cache.cache_key(
-            organization_id=call.key.organization_id,
-            endpoint=ENDPOINT,
-            payload=chat.payload,
-            extra=[chat.task, chat.prefer],
-        )
-        hit = await response_cache.find(key)
-        if hit is not None:
-            return await _answer_from_cache(call, parsed, hit)
+    key, hit = await cached_answer(call, chat)
+    if hit is not None:
+        return await _answer_from_cache(call, parsed, hit)
     await call.hold(worst_case=lambda candidate: worst_case(chat, candidate))
     if chat.stream:
         return await _open_stream(call, parsed, payload)

@@ -23,6 +23,7 @@ from catalog.documents import catalog_load
 from inference.models import RequestLog
 from tests.fakes.rejecting import RejectingVendor
 from tests.inference.conftest import PRICE
+from tests.inference.test_money_faults import wait_for
 
 pytestmark = pytest.mark.usefixtures("gateway_catalog")
 
@@ -64,8 +65,10 @@ def test_auto_with_json_output_and_no_model_for_it_is_a_400_not_a_retried_503(
     error = caught.value.body
     assert (error["param"], error["code"]) == ("response_format", "unsupported_capability")
     assert "JSON" in error["message"]
-    assert not Hold.objects.exists()
-    assert RequestLog.objects.count() == 0  # refused before anything was counted or held
+    assert not Hold.objects.exists()  # refused before anything was held
+    # One request (400s are not retried), in the log as the customer's failed call.
+    wait_for(lambda: RequestLog.objects.exists())
+    assert list(RequestLog.objects.values_list("http_status", "cost_nanos")) == [(400, 0)]
 
 
 def test_auto_with_json_output_picks_a_model_that_honours_it(issue_key, client_for):
