@@ -35,6 +35,7 @@ from config.errors import (
 )
 from dashboard.permissions import ANY_ROLE, role_allows
 from management.auth import AdminContext, AdminKeyAuthentication, rate_limit
+from management.schema import ManagementSchema
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Model)
@@ -105,6 +106,8 @@ class ManagementView(APIView):
     permission_classes: ClassVar[list[Any]] = []
     renderer_classes = [JSONRenderer]
     parser_classes = [JSONParser]
+    schema = ManagementSchema()  # drf-spectacular, whatever DEFAULT_SCHEMA_CLASS says
+    bodies: ClassVar[dict[str, type[Any]]] = {}  # method → request serializer (the schema)
     roles: ClassVar[dict[str, frozenset[Role]]] = {}
 
     _ratelimit_headers: dict[str, str]

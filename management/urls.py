@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
-from django.urls import path, re_path
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularJSONAPIView
+from rest_framework.permissions import AllowAny
 
 from config.errors import NotFound
-from management.views import members, projects, usage, wallet
 
 
 def not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
@@ -15,25 +16,26 @@ def not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
     return JsonResponse(error.body(), status=error.status)
 
 
+class OpenApiDocument(SpectacularJSONAPIView):
+    """The management API's OpenAPI document, generated from the DRF views (public)."""
+
+    authentication_classes: list[type] = []
+    permission_classes = [AllowAny]
+    urlconf = "management.resource_urls"
+    serve_public = True
+    custom_settings = {
+        "TITLE": "infrai management API",
+        "DESCRIPTION": "Projects, API keys, members, usage, costs, request log, wallet and "
+        "models of one organization, with an admin key (docs/management_api.md).",
+        "VERSION": "1",
+        "SERVERS": [{"url": "/v1/organization"}],
+        "SCHEMA_PATH_PREFIX": "",
+        "COMPONENT_SPLIT_REQUEST": True,
+    }
+
+
 urlpatterns = [
-    path("projects", projects.ProjectList.as_view()),
-    path("projects/<str:project_id>", projects.ProjectDetail.as_view()),
-    path("projects/<str:project_id>/archive", projects.ProjectArchive.as_view()),
-    path("projects/<str:project_id>/api_keys", projects.ApiKeyList.as_view()),
-    path("projects/<str:project_id>/api_keys/<str:key_id>", projects.ApiKeyDetail.as_view()),
-    path("users", members.UserList.as_view()),
-    path("users/<str:user_id>", members.UserDetail.as_view()),
-    path("invites", members.InviteList.as_view()),
-    path("invites/<str:invite_id>", members.InviteDetail.as_view()),
-    path("usage/completions", usage.UsageCompletions.as_view()),
-    path("costs", usage.Costs.as_view()),
-    path("requests", usage.RequestList.as_view()),
-    path("requests/<str:request_id>", usage.RequestDetail.as_view()),
-    path("wallet", wallet.Wallet.as_view()),
-    path("wallet/ledger", wallet.Ledger.as_view()),
-    path("wallet/topups", wallet.TopUps.as_view()),
-    path("models", wallet.Models.as_view()),
-    path("admin_api_keys", wallet.AdminKeyList.as_view()),
-    path("admin_api_keys/<str:key_id>", wallet.AdminKeyDetail.as_view()),
+    path("openapi.json", OpenApiDocument.as_view()),
+    path("", include("management.resource_urls")),
     re_path(r"^(?P<rest>.*)$", not_found),
 ]

@@ -51,6 +51,7 @@ class UserList(ManagementView):
 
 class UserDetail(ManagementView):
     roles = {"POST": MANAGE_ORG, "DELETE": MANAGE_ORG}
+    bodies = {"POST": RoleChange}
 
     def membership(self, user_id: str) -> Membership:
         found = (
@@ -102,6 +103,7 @@ class UserDetail(ManagementView):
 
 class InviteList(ManagementView):
     roles = {"GET": MANAGE_ORG, "POST": MANAGE_ORG}
+    bodies = {"POST": InviteCreate}
 
     def get(self, request: Request) -> Response:
         qs = Invitation.objects.filter(organization=self.ctx.organization)

@@ -44,6 +44,7 @@ def _duplicate_name(name: str) -> InvalidRequest:
 
 class ProjectList(ManagementView):
     roles = {"POST": MANAGE_ORG}
+    bodies = {"POST": ProjectCreate}
 
     def get(self, request: Request) -> Response:
         qs = Project.objects.filter(organization=self.ctx.organization)
@@ -68,6 +69,7 @@ class ProjectList(ManagementView):
 
 class ProjectDetail(_ProjectScoped):
     roles = {"POST": MANAGE_ORG}
+    bodies = {"POST": ProjectUpdate}
 
     def get(self, request: Request, project_id: str) -> Response:
         return Response(render.project(self.project(project_id)))
@@ -104,6 +106,7 @@ def _expiry(data: dict[str, Any], current: datetime | None) -> datetime | None:
 
 class ApiKeyList(_ProjectScoped):
     roles = {"POST": USE_KEYS}
+    bodies = {"POST": ApiKeyWrite}
 
     def get(self, request: Request, project_id: str) -> Response:
         found = self.project(project_id)
@@ -137,6 +140,7 @@ class ApiKeyList(_ProjectScoped):
 
 class ApiKeyDetail(_ProjectScoped):
     roles = {"POST": USE_KEYS, "DELETE": USE_KEYS}
+    bodies = {"POST": ApiKeyWrite}
 
     def key(self, project_id: str, key_id: str) -> ApiKey:
         found = self.project(project_id)

@@ -46,6 +46,7 @@ class Ledger(ManagementView):
 
 class TopUps(ManagementView):
     roles = {"POST": SEE_BILLING}
+    bodies = {"POST": TopUpCreate}
 
     def post(self, request: Request) -> Response:
         """Start a Stripe Checkout top-up; the wallet is credited when Stripe says it is paid."""
