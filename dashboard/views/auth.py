@@ -86,9 +86,7 @@ def verify_email(request: HttpRequest, token: str) -> HttpResponse:
     credit = services.starter_credit_on_verified(user=user)
     messages.success(request, "Your e-mail address is verified.")
     if credit is not None:
-        messages.success(
-            request, f"Your organization got {usd(credit)} of starter credit."
-        )
+        messages.success(request, f"Your organization got {usd(credit)} of starter credit.")
     if request.user.is_authenticated and request.user.pk == user.pk:
         return redirect("dashboard:home")
     return redirect("dashboard:login")

@@ -67,8 +67,7 @@ def overview(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
         else None
     )
     needs_credit = (
-        billing_reads.wallet_summary(organization=ctx.organization).available_nanos
-        < NANOS_PER_CENT
+        billing_reads.wallet_summary(organization=ctx.organization).available_nanos < NANOS_PER_CENT
     )
     return render_org(
         request,

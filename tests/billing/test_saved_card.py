@@ -1,4 +1,4 @@
-"""The saved card: Checkout saves it, the webhook stores it, the card page replaces or removes it."""
+"""The saved card: Checkout saves it, the webhook stores it, replacing or removing it."""
 
 from __future__ import annotations
 

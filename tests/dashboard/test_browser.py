@@ -312,7 +312,8 @@ def test_signup_to_first_call_live_usage_and_a_checkout_top_up(
     starter = page.get_by_test_id("balance").inner_text()
     assert starter.startswith("$0.4")  # $0.50 less the first call
     expect(page.get_by_test_id("recharge-reason")).to_be_visible()
-    expect(page.locator("[data-testid=recharge-form] fieldset")).to_be_disabled()
+    expect(page.get_by_label("Recharge automatically")).to_be_disabled()
+    expect(page.get_by_role("button", name="Save auto-recharge")).to_be_disabled()
     page.get_by_label("$25").check()
     page.get_by_role("button", name="Continue to payment").click()
     expect(page.get_by_role("heading", name="Pay infrai")).to_be_visible()
