@@ -8,11 +8,14 @@ closes the circuit, its failure opens it for another cool-down).
 Feeds: live traffic (the request path calls :func:`arecord_success` / :func:`arecord_failure`
 after each vendor call) and the beat probe (:mod:`catalog.tasks`). Latency is an exponential
 moving average (weight 1/4 for the newest sample) in whole milliseconds, kept per process and
-published to the shared store.
+published to the shared store when it moved by at least a quarter (and 5 ms) since this process
+last published it, and otherwise at most once every ``_PUBLISH_EVERY_S`` seconds — not on
+every call (a steady vendor costs no write per call).
 
 Hot-path cost: :func:`ahealth_of` is one ``MGET`` (its answer is reused for
 ``INFRAI_HEALTH_MEMO_S`` seconds, default 0.5, unless this process records a change) and a
-success is one pipelined write. Keys (prefix ``circuit:<vendor>:``): ``fails`` (consecutive
+success costs no round trip unless the circuit was suspect or the latency is due to be
+published. Keys (prefix ``circuit:<vendor>:``): ``fails`` (consecutive
 failures), ``open_until`` (unix seconds), ``trial`` (the half-open token), ``latency_ms``.
 """
 
@@ -32,6 +35,9 @@ _PARTS = ("fails", "open_until", "trial", "latency_ms")
 # This process's view: the last shared state read, and its own latency averages.
 _memo: dict[tuple[str, ...], tuple[float, dict[str, VendorHealth]]] = {}
 _latency: dict[str, int] = {}
+# What this process last published per vendor: (monotonic time, latency_ms, store generation).
+_published: dict[str, tuple[float, int, int]] = {}
+_PUBLISH_EVERY_S = 1.0
 
 
 def _threshold() -> int:
@@ -117,6 +123,16 @@ async def arecord_success(vendor: str, latency_ms: int) -> None:
     if _suspect(vendor):
         await fastcache.delete_many([_key(vendor, p) for p in ("fails", "open_until", "trial")])
         _forget_memo()
+    now = time.monotonic()
+    last = _published.get(vendor)
+    if (
+        last is not None
+        and now - last[0] < _PUBLISH_EVERY_S
+        and last[2] == fastcache.generation
+        and (abs(smoothed - last[1]) < 5 or abs(smoothed - last[1]) * 4 < last[1])
+    ):
+        return
+    _published[vendor] = (now, smoothed, fastcache.generation)
     await fastcache.set(_key(vendor, "latency_ms"), smoothed, _TTL_S)
 
 
@@ -157,6 +173,7 @@ async def allow_request_async(vendor: str) -> bool:
 async def areset(vendor: str) -> None:
     """Forget everything about ``vendor`` (staff action, tests)."""
     _latency.pop(vendor, None)
+    _published.pop(vendor, None)
     _forget_memo()
     await fastcache.delete_many([_key(vendor, p) for p in _PARTS])
 
