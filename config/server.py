@@ -15,10 +15,15 @@ and bills what each delivered; only then does uvicorn close connections and stop
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import socket
 
 import uvicorn
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 class DrainingServer(uvicorn.Server):
@@ -50,6 +55,12 @@ def build(host: str, port: int, *, log_level: str = "warning") -> DrainingServer
         proxy_headers=True,
         server_header=False,
         timeout_graceful_shutdown=5,
+        # uvloop and httptools (both in uvicorn[standard]) when installed, as "auto" picks;
+        # named here so the choice is visible. No access log: a log record per call on the
+        # event loop, and every /v1 call already has its request-log row.
+        loop="uvloop" if _installed("uvloop") else "asyncio",
+        http="httptools" if _installed("httptools") else "h11",
+        access_log=False,
     )
     return DrainingServer(config)
 
