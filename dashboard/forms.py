@@ -31,6 +31,13 @@ class SignupForm(forms.Form):
         help_text="Your company or team. You can invite others and add more later.",
     )
 
+    def __init__(self, *args: Any, invited_email: str = "", **kwargs: Any) -> None:
+        """With ``invited_email`` (sign-up from an invitation) no organization is created."""
+        super().__init__(*args, **kwargs)
+        if invited_email:
+            del self.fields["organization_name"]
+            self.fields["email"].initial = invited_email
+
     def clean_email(self) -> str:
         email = self.cleaned_data["email"].strip().lower()
         if User.objects.filter(email=email).exists():

@@ -24,10 +24,12 @@ PLAYGROUND_KEY_TTL = timedelta(hours=1)
 
 
 def signup(*, email: str, password: str, organization_name: str) -> User:
-    """Create an unverified user who owns a new organization (one transaction)."""
+    """Create an unverified user who owns a new organization (one transaction); with an empty
+    ``organization_name`` (sign-up from an invitation) the user owns none."""
     with transaction.atomic():
         user = user_create(email=email, password=password)
-        organization_create(name=organization_name, owner=user)
+        if organization_name:
+            organization_create(name=organization_name, owner=user)
     return user
 
 

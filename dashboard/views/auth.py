@@ -3,6 +3,8 @@ Django's own views with our templates under ``templates/registration/``)."""
 
 from __future__ import annotations
 
+import re
+
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
@@ -11,9 +13,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from accounts.models import User
-from accounts.selectors import organizations_for_user, user_get
-from accounts.services import user_mark_email_verified
+from accounts.models import Invitation, User
+from accounts.selectors import invitation_get_by_token_hash, organizations_for_user, user_get
+from accounts.services import invitation_token_hash, user_mark_email_verified
 from dashboard import services
 from dashboard.forms import SignupForm
 from dashboard.templatetags.dashboard import usd
@@ -32,6 +34,9 @@ def home(request: HttpRequest) -> HttpResponse:
     assert isinstance(request.user, User)
     if not request.user.email_verified:
         return redirect("dashboard:verify_pending")
+    after_verify = request.session.pop(AFTER_VERIFY, "")
+    if after_verify and _INVITE_PATH.match(after_verify):
+        return redirect(after_verify)
     orgs = organizations_for_user(user=request.user)
     slug = request.session.get("org_slug")
     org = orgs.filter(slug=slug).first() if slug else None
@@ -41,20 +46,45 @@ def home(request: HttpRequest) -> HttpResponse:
     return redirect("dashboard:overview", slug=org.slug)
 
 
+AFTER_VERIFY = "dashboard.after-verify"
+_INVITE_PATH = re.compile(r"^/invite/[A-Za-z0-9_\-]+/$")
+
+
+def _invitation_of(next_url: str) -> Invitation | None:
+    """The pending invitation a sign-up's ``next`` points at (only ``/invite/<token>/``)."""
+    if not _INVITE_PATH.match(next_url):
+        return None
+    token = next_url.rstrip("/").rsplit("/", 1)[1]
+    invitation = invitation_get_by_token_hash(token_hash=invitation_token_hash(token))
+    return invitation if invitation is not None and invitation.is_pending else None
+
+
 def signup(request: HttpRequest) -> HttpResponse:
+    """Sign up. From an invitation (``?next=/invite/<token>/``) no organization is created and,
+    once the address is verified, the user lands on the invitation to accept it."""
     if request.user.is_authenticated:
         return redirect("dashboard:home")
-    form = SignupForm(request.POST or None)
+    next_url = request.POST.get("next") or request.GET.get("next") or ""
+    invitation = _invitation_of(next_url)
+    if invitation is None:
+        next_url = ""
+    form = SignupForm(request.POST or None, invited_email=invitation.email if invitation else "")
     if request.method == "POST" and form.is_valid():
         user = services.signup(
             email=form.cleaned_data["email"],
             password=form.cleaned_data["password"],
-            organization_name=form.cleaned_data["organization_name"],
+            organization_name=form.cleaned_data.get("organization_name", ""),
         )
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        if next_url:
+            request.session[AFTER_VERIFY] = next_url
         _send_verification(request, user)
         return redirect("dashboard:verify_pending")
-    return render(request, "registration/signup.html", {"form": form})
+    return render(
+        request,
+        "registration/signup.html",
+        {"form": form, "next": next_url, "invitation": invitation},
+    )
 
 
 @login_required
