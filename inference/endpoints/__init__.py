@@ -7,5 +7,6 @@ from inference.endpoints import (  # noqa: F401
     images,
     models,
     moderations,
+    openapi,
     responses,
 )
