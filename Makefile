@@ -6,7 +6,7 @@ GPU_PORT ?= 8001
 INSTALL_INPUTS := pyproject.toml scripts/install.sh
 STAMP := .venv/.installed-$(shell cat $(INSTALL_INPUTS) 2>/dev/null | sha256sum | cut -c1-16)
 
-.PHONY: run test install lint clean
+.PHONY: run test install lint clean bench
 
 $(STAMP): $(INSTALL_INPUTS)
 	bash scripts/install.sh
@@ -25,6 +25,10 @@ test: install
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy accounts billing catalog config dashboard inference management
 	bash scripts/test.sh
+
+## The gateway beside LiteLLM and direct, in one run (about 10 minutes; docs/performance.md).
+bench: install
+	$(PY) bench/compare.py --write-doc
 
 lint:
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
