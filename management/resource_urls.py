@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from management.views import members, projects, usage, wallet
+from management.views import admin_keys, catalog, members, projects, usage, wallet
 
 urlpatterns = [
     path("projects", projects.ProjectList.as_view()),
@@ -23,7 +23,7 @@ urlpatterns = [
     path("wallet", wallet.Wallet.as_view()),
     path("wallet/ledger", wallet.Ledger.as_view()),
     path("wallet/topups", wallet.TopUps.as_view()),
-    path("models", wallet.Models.as_view()),
-    path("admin_api_keys", wallet.AdminKeyList.as_view()),
-    path("admin_api_keys/<str:key_id>", wallet.AdminKeyDetail.as_view()),
+    path("models", catalog.Models.as_view()),
+    path("admin_api_keys", admin_keys.AdminKeyList.as_view()),
+    path("admin_api_keys/<str:key_id>", admin_keys.AdminKeyDetail.as_view()),
 ]
