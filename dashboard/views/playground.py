@@ -24,7 +24,8 @@ def playground(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
         "form": form,
         "has_projects": projects.exists(),
         "modes": catalog_reads.ROUTING_MODES,
-        "models": catalog_reads.model_prices(),
+        # The playground sends chat completions: embedding, speech, … models would only fail.
+        "models": [m for m in catalog_reads.model_prices() if "chat" in m.capabilities],
     }
     if request.method == "POST" and form.is_valid():
         api_key, raw = services.playground_key_create(
