@@ -10,6 +10,7 @@ ledger entry, an invitation and a wallet. Alpha's owner then walks
   Bravo's ids. Every one answers 403 or 404, and nothing of Bravo changes;
 - the dashboard's pages that take no ids under its own slug: 200 with its own data only;
 - the live websocket of Bravo: refused;
+- every management API pattern (``/v1/organization/…``) with Alpha's admin key and Bravo's ids;
 - every ``/v1`` route with Alpha's key, Bravo's ids wherever a route or header takes one, and a
   deterministic request Bravo made first (the exact cache is per organization).
 
@@ -474,3 +475,56 @@ def logged_soon(request_id: str, organization_id: int, seconds: float = 10.0) ->
             return True
         time.sleep(0.05)
     return False
+
+
+# --- the management API (/v1/organization/…) --------------------------------------------------
+def test_the_management_api_with_the_other_organizations_ids_is_404_or_403(
+    tenants: tuple[Tenant, Tenant],
+) -> None:
+    """Alpha's admin key against every management URL pattern with Bravo's (prefixed) ids,
+    GET, POST and DELETE: 403/404 (405 where the method does not exist), nothing of Bravo in
+    any body, nothing of Bravo changed; the patterns without ids show Alpha's data only."""
+    import management.resource_urls
+    from management.services import admin_key_create
+
+    alpha, bravo = tenants
+    _, alpha_admin = admin_key_create(organization=alpha.org, created_by=alpha.owner)
+    bravo_admin, _ = admin_key_create(organization=bravo.org, created_by=bravo.owner)
+    before = snapshot(bravo)
+    values = {
+        "project_id": f"proj_{bravo.project.pk}",
+        "key_id": f"key_{bravo.key.pk}",
+        "user_id": f"user_{bravo.member.pk}",
+        "invite_id": f"invite_{bravo.invitation.pk}",
+        "request_id": bravo.request_id,
+    }
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {alpha_admin}")
+    walked = 0
+    for page in flatten(management.resource_urls.urlpatterns):
+        page_values = dict(values)
+        if page.route.startswith("admin_api_keys/"):
+            page_values["key_id"] = f"admin_key_{bravo_admin.pk}"
+        url = "/v1/organization" + page.url(page_values)
+        if not page.params:
+            # 400: a report that needs its query (start_time); 405: a POST-only action.
+            response = client.get(url)
+            assert response.status_code in (200, 400, 405), (
+                f"GET {url} answered {response.status_code}"
+            )
+            assert_no_leak(response, bravo, f"GET {url}")
+            continue
+        for method in ("get", "post", "delete"):
+            response = getattr(client, method)(
+                url, {"name": "hijacked", "role": "owner"}, content_type="application/json"
+            )
+            walked += 1
+            where = f"{method.upper()} {url}"
+            assert response.status_code in (403, 404, 405), (
+                f"{where} answered {response.status_code}"
+            )
+            assert_no_leak(response, bravo, where, sent=url)
+    print(f"management walk: {walked} requests with the other organization's ids")
+    assert walked >= 20
+    assert snapshot(bravo) == before
+    bravo_admin.refresh_from_db()
+    assert bravo_admin.revoked_at is None
