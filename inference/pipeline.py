@@ -550,7 +550,15 @@ def _clean_text(value: Any) -> Any:
     return value
 
 
-_TEXT_FIELDS = ("requested_model", "model", "vendor", "region", "error_code", "prompt")
+_TEXT_FIELDS = (
+    "requested_model",
+    "model",
+    "vendor",
+    "region",
+    "error_code",
+    "error_message",
+    "prompt",
+)
 
 
 def _clean_row(row: RequestLog) -> None:

@@ -393,27 +393,12 @@ def unlogged_calls(fuzzer: Fuzzer, document: dict[str, Any]) -> list[Finding]:
     ]
 
 
-NUL_IN_ERROR_MESSAGE = (
-    "inference/pipeline.py: the request-log row of a failed call whose error message echoes a "
-    "NUL character (e.g. a model name) cannot be written — _clean_row does not clean "
-    "error_message — and the call is missing from the request log"
-)
-
-
 def known_bug(finding: Finding) -> str:
-    """The reported, not yet fixed bug ``finding`` is a case of ('' if none). Each one has a
-    strict xfail below that reproduces it: fixing the bug turns that test red, and then its
-    entry here goes too."""
-    if "cannot contain NUL" in "".join(finding.logged) or (
-        finding.rule == "an authenticated call without its request-log row"
-        and "\\u0000" in finding.sent.request
-        and finding.sent.status >= 400
-    ):
-        return "request-log-nul"
+    """The reported, not yet fixed bug ``finding`` is a case of ('' if none). Each one gets a
+    strict xfail that reproduces it; none is open now."""
     return ""
 
 
-@pytest.mark.xfail(strict=True, reason=NUL_IN_ERROR_MESSAGE)
 def test_a_refusal_that_echoes_a_nul_character_is_in_the_request_log(
     live_url: str,
     issue_key: Callable[..., str],
