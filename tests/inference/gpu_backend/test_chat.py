@@ -12,6 +12,7 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
+from inference.gpu_backend.chat_model import chat_model_dir
 from tests.inference.gpu_backend.conftest import model_cache_dir
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -26,7 +27,9 @@ def chat(client: openai.OpenAI, messages: list[dict[str, str]], **params: Any) -
 
 def test_completion_is_openai_shaped_with_exact_usage(client: openai.OpenAI) -> None:
     result = chat(client, COUNT, max_tokens=6)
-    tokenizer = AutoTokenizer.from_pretrained(model_cache_dir() / MODEL)
+    loaded = chat_model_dir(model_cache_dir())  # the copy the backend loaded (cache or prebuilt)
+    assert loaded is not None
+    tokenizer = AutoTokenizer.from_pretrained(loaded)
     prompt_ids: Any = tokenizer.apply_chat_template(
         COUNT, add_generation_prompt=True, tokenize=True
     )
