@@ -33,6 +33,35 @@ async def asend(organization_id: int, payload: dict[str, Any]) -> None:
         log.warning("live push to org %s failed", organization_id, exc_info=True)
 
 
+def usage_event(
+    *,
+    request_id: str,
+    model: str,
+    vendor: str,
+    status: str,
+    input_tokens: int,
+    output_tokens: int,
+    cost_nanos: int,
+    latency_ms: int,
+    project_id: int | None,
+    api_key_id: int | None,
+) -> dict[str, Any]:
+    """The ``usage`` announcement of one recorded ``/v1`` call."""
+    return {
+        "kind": "usage",
+        "request_id": request_id,
+        "model": model,
+        "vendor": vendor,
+        "status": status,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cost_nanos": cost_nanos,
+        "latency_ms": latency_ms,
+        "project_id": project_id,
+        "api_key_id": api_key_id,
+    }
+
+
 def announce_wallet_change_on_commit(organization_id: int) -> None:
     """After the current transaction commits, tell open pages the wallet changed."""
 

@@ -13,6 +13,7 @@ from accounts.models import Membership, Organization, User
 from config.db import db_async
 from dashboard.live import balance_payload, group_name
 from dashboard.permissions import SEE_BILLING
+from dashboard.templatetags.dashboard import usd
 
 BALANCE_KEYS = ("balance_nanos", "balance_display", "available_display", "held_display")
 # Closed by the server: the session ended or the membership is gone (the page should reload).
@@ -122,6 +123,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         kind = payload.get("kind")
         if kind == "balance" and not may_see_billing:
             return
+        if kind == "usage" and "cost_display" not in payload:
+            payload["cost_display"] = usd(int(payload.get("cost_nanos") or 0))
         if kind != "wallet_changed":
             await self.send_json(payload)
         if kind in ("usage", "wallet_changed") and may_see_billing:

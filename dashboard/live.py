@@ -53,23 +53,22 @@ async def apush_usage(
     project_id: int | None = None,
     api_key_id: int | None = None,
 ) -> None:
-    """Report one recorded ``/v1`` call (async callers: the request path's consumers)."""
+    """Report one recorded ``/v1`` call (:func:`config.live.usage_event` is the one shape;
+    the consumer adds ``cost_display`` for the page)."""
     await _send(
         organization_id,
-        {
-            "kind": "usage",
-            "request_id": request_id,
-            "model": model,
-            "vendor": vendor,
-            "status": status,
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "cost_nanos": cost_nanos,
-            "cost_display": usd(cost_nanos),
-            "latency_ms": latency_ms,
-            "project_id": project_id,
-            "api_key_id": api_key_id,
-        },
+        live.usage_event(
+            request_id=request_id,
+            model=model,
+            vendor=vendor,
+            status=status,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_nanos=cost_nanos,
+            latency_ms=latency_ms,
+            project_id=project_id,
+            api_key_id=api_key_id,
+        ),
     )
 
 

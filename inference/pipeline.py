@@ -37,6 +37,7 @@ from catalog import health
 from catalog.routing import Candidate, RoutingDecision, RoutingRequest
 from catalog.selectors import credentials_value, routing_decide
 from catalog.types import CircuitState
+from config import live
 from config.db import db_async
 from config.errors import (
     ApiError,
@@ -47,7 +48,7 @@ from config.errors import (
     UpstreamTimeout,
     internal_error,
 )
-from inference import limits
+from inference import limits, response_cache
 from inference.http import ApiRequest, on_unlogged_failure
 from inference.models import RequestLog, RequestStatus
 from inference.vendors import Adapter, VendorTarget, adapter_for
@@ -254,6 +255,14 @@ class Call:
         self.charge(usage, estimated=estimated)
         await self.finish(status=RequestStatus.OK, http_status=200)
         return result
+
+    async def finish_cached(self, entry: dict[str, Any], usage: Usage) -> None:
+        """Finish a call answered from the exact cache: reported as served by whoever served
+        ``entry``, ``usage`` logged, nothing charged."""
+        self.cache_hit = True
+        self.cached = response_cache.served(entry)
+        self.charge(usage)
+        await self.finish(status=RequestStatus.OK, http_status=200)
 
     def vendor_failed_midway(self) -> None:
         """The serving vendor broke after the response started: the circuit learns of it."""
@@ -636,13 +645,11 @@ on_unlogged_failure(_log_unheld_failure)
 
 
 async def _push_live(row: RequestLog) -> None:
-    try:
-        from dashboard.live import apush_usage
-    except ImportError:  # pragma: no cover - the dashboard is optional for the API
-        return
-    try:
-        await apush_usage(
-            organization_id=row.organization_id,
+    """Announce the recorded call to the organization's open dashboard pages (best effort:
+    :func:`config.live.asend` logs and swallows its own failures)."""
+    await live.asend(
+        row.organization_id,
+        live.usage_event(
             request_id=row.request_id,
             model=row.model,
             vendor=row.vendor,
@@ -653,6 +660,5 @@ async def _push_live(row: RequestLog) -> None:
             latency_ms=row.latency_ms,
             project_id=row.project_id,
             api_key_id=row.api_key_id,
-        )
-    except Exception:
-        log.warning("live push failed for %s", row.request_id, exc_info=True)
+        ),
+    )

@@ -82,3 +82,15 @@ def test_error_catalog_lists_every_code_the_code_can_produce():
             produced |= set(re.findall(r"^CODE_\w+\s*=\s*\"([a-z_]+)\"", text, re.M))
     assert produced, "no codes found?"
     assert produced <= documented, sorted(produced - documented)
+
+
+def test_the_request_path_never_imports_the_dashboard():
+    """``inference`` sits below ``dashboard``: live pushes go through ``config.live``."""
+    import re
+
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "inference").rglob("*.py")
+        if re.search(r"^\s*(from|import) dashboard\b", path.read_text(), re.M)
+    ]
+    assert offenders == []
