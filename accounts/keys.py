@@ -34,17 +34,23 @@ def _checksum(random_part: str) -> str:
     return _base62(zlib.crc32(random_part.encode()), _CHECK_LEN)
 
 
-def generate() -> str:
-    """A new random key (the only moment the full key exists)."""
+def key_length(prefix: str = PREFIX) -> int:
+    """The length of a key with ``prefix`` (API keys: :data:`KEY_LEN`)."""
+    return len(prefix) + _RANDOM_LEN + 1 + _CHECK_LEN
+
+
+def generate(prefix: str = PREFIX) -> str:
+    """A new random key (the only moment the full key exists); other kinds of key (admin keys)
+    pass their own ``prefix``."""
     random_part = "".join(secrets.choice(_ALPHABET) for _ in range(_RANDOM_LEN))
-    return f"{PREFIX}{random_part}_{_checksum(random_part)}"
+    return f"{prefix}{random_part}_{_checksum(random_part)}"
 
 
-def is_well_formed(raw: str) -> bool:
-    """True when ``raw`` has the key's shape and a valid checksum (no lookup)."""
-    if len(raw) != KEY_LEN or not raw.startswith(PREFIX):
+def is_well_formed(raw: str, prefix: str = PREFIX) -> bool:
+    """True when ``raw`` has the shape of a ``prefix`` key and a valid checksum (no lookup)."""
+    if len(raw) != key_length(prefix) or not raw.startswith(prefix):
         return False
-    random_part, sep, check = raw[len(PREFIX) :].rpartition("_")
+    random_part, sep, check = raw[len(prefix) :].rpartition("_")
     return (
         sep == "_"
         and len(random_part) == _RANDOM_LEN

@@ -222,13 +222,9 @@ async def _answer_from_cache(
     call: Call, chat: ChatRequest, hit: dict[str, Any]
 ) -> Response | StreamingResponse:
     """A cached answer: costs nothing, logged like any call, streamed if asked."""
-    call.cache_hit = True
-    call.cached = response_cache.served(hit)
     body = dict(hit["body"])
-    usage = usage_from(body) or Usage()
-    call.charge(usage)
     body["id"] = _completion_id(call)
-    await call.finish(status=RequestStatus.OK, http_status=200)
+    await call.finish_cached(hit, usage_from(body) or Usage())
     if chat.legacy_functions:
         to_legacy_function_call(body)
     if not chat.stream:

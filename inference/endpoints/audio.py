@@ -178,10 +178,7 @@ async def _speech_from_cache(
     """Audio of an identical earlier request: costs nothing, logged like any call."""
     call = Call(request=request, endpoint=SPEECH_ENDPOINT, requested_model=parsed.routing.model)
     await call.limit(tokens=parsed.characters // 4)
-    call.cache_hit = True
-    call.cached = response_cache.served(hit)
-    call.charge(Usage(characters=parsed.characters))
-    await call.finish(status=RequestStatus.OK, http_status=200)
+    await call.finish_cached(hit, Usage(characters=parsed.characters))
     audio = base64.b64decode(hit["audio_b64"])
     return Response(audio, headers=call.headers(), content_type=hit["content_type"].encode())
 
@@ -486,10 +483,7 @@ async def transcriptions(request: ApiRequest) -> Response:
     key = _transcription_key(request, parsed)
     hit = None if key is None else await response_cache.lookup(key)
     if key is not None and hit is not None:
-        call.cache_hit = True
-        call.cached = response_cache.served(hit)
-        call.charge(Usage(**hit["usage"]))
-        await call.finish(status=RequestStatus.OK, http_status=200)
+        await call.finish_cached(hit, Usage(**hit["usage"]))
         return _transcription_response(call, parsed, hit["answer"])
     await call.route(
         RoutingRequest(

@@ -21,7 +21,6 @@ from catalog.routing import PREFERENCES, Candidate, RoutingRequest, prefer_refus
 from config.errors import InvalidRequest, invalid_type, missing_param
 from inference import response_cache
 from inference.http import ApiRequest
-from inference.models import RequestStatus
 from inference.pipeline import Call, spawn
 from inference.vendors import Adapter, VendorTarget
 from inference.vendors.base import JSON
@@ -172,10 +171,7 @@ async def call_cached(
     if hit is not None:
         call = Call(request=request, endpoint=endpoint, requested_model=routing.model)
         await call.limit(tokens=limit_tokens)
-        call.cache_hit = True
-        call.cached = response_cache.served(hit)
-        call.charge(Usage(**hit["usage"]))
-        await call.finish(status=RequestStatus.OK, http_status=200)
+        await call.finish_cached(hit, Usage(**hit["usage"]))
         return call, dict(hit["body"])
     leader = response_cache.lead(key)
     try:

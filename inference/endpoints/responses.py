@@ -105,11 +105,8 @@ async def _answer_from_cache(
     call: Call, parsed: ResponsesRequest, hit: dict[str, Any]
 ) -> Response | StreamingResponse:
     """A cached answer: costs nothing, logged like any call, streamed if asked."""
-    call.cache_hit = True
-    call.cached = response_cache.served(hit)
     body = dict(hit["body"])
-    call.charge(usage_from(body) or Usage())
-    await call.finish(status=RequestStatus.OK, http_status=200)
+    await call.finish_cached(hit, usage_from(body) or Usage())
     if not parsed.chat.stream:
         return _render(call, parsed, body)
     translator = StreamTranslator(
