@@ -335,3 +335,35 @@ def test_a_model_still_loading_is_a_503_with_retry_after_and_no_circuit_failure(
     # An open circuit (5 failures) would refuse this call: loading never tripped it.
     assert client.chat.completions.create(**CHAT).choices[0].message.content
     assert_books_clean()
+
+
+# --- the largest and deepest input the limits allow ---------------------------------------------
+def test_the_largest_and_deepest_body_the_limits_allow_is_served_or_refused_cleanly(
+    issue_key, api_base, fake_catalog, settings
+):
+    key = issue_key(credit_usd="50")
+    limit = int(settings.INFRAI_MAX_BODY_BYTES)
+    schema: dict = {"type": "string"}
+    for _ in range(60):  # just under the 64-level depth limit
+        schema = {"type": "object", "properties": {"x": schema}}
+    body = {
+        "model": "test-large",
+        "messages": [{"role": "user", "content": ""}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}},
+    }
+    room = limit - len(json.dumps(body)) - 64
+    body["messages"][0]["content"] = "word " * (room // 5)
+    raw = json.dumps(body).encode()
+    assert len(raw) <= limit
+    r = httpx.post(
+        api_base + "/chat/completions",
+        content=raw,
+        headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
+        timeout=120,
+    )
+    assert r.status_code in (200, 400), r.text  # never a 5xx
+    if r.status_code == 200:
+        assert_settled_once(r.json()["infrai"]["request_id"])
+    else:
+        assert "error" in r.json() and not Hold.objects.exists()
+    assert_books_clean()
