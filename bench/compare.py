@@ -697,7 +697,7 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every call count")
     parser.add_argument("--deadline", type=float, default=40.0, help="seconds per batch at most")
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/infrai_bench")
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/8")
     parser.add_argument("--litellm", default="litellm[proxy]", help="pip spec ('' to skip)")
     parser.add_argument("--no-infrai", action="store_true")
     parser.add_argument(
