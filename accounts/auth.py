@@ -43,8 +43,11 @@ class KeyContext:
     tokens_per_minute: int
     expires_at: float | None  # unix seconds
     revoked: bool
-    monthly_budget_nanos: int | None
+    monthly_budget_nanos: int | None  # the project's
     log_prompts: bool
+    # The key's own monthly budget (None = none). Defaulted so that a context cached by a
+    # process from before the field still loads.
+    key_budget_nanos: int | None = None
 
 
 def _context_from_db(key_hash: str) -> KeyContext | None:
@@ -62,6 +65,7 @@ def _context_from_db(key_hash: str) -> KeyContext | None:
         revoked=row.revoked_at is not None or row.project.archived_at is not None,
         monthly_budget_nanos=row.project.monthly_budget_nanos,
         log_prompts=row.organization.log_prompts,
+        key_budget_nanos=row.monthly_budget_nanos,
     )
 
 

@@ -131,6 +131,11 @@ class ApiKey(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     requests_per_minute = models.PositiveIntegerField(default=600)
     tokens_per_minute = models.PositiveIntegerField(default=1_000_000)
+    monthly_budget_nanos = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Spending cap of this key per UTC calendar month in nano-USD; empty = none.",
+    )
 
     class Meta:
         indexes = [models.Index(fields=["organization", "created_at"])]

@@ -154,6 +154,7 @@ class Call:
                 request_id=self.request.request_id,
                 amount_nanos=amount,
                 budget_nanos=self.key.monthly_budget_nanos,
+                key_budget_nanos=self.key.key_budget_nanos,
                 ttl_s=settings.INFRAI_HOLD_TTL_S,
             )
         )

@@ -9,6 +9,7 @@
 
 from billing.services.holds import (
     CODE_BUDGET,
+    CODE_KEY_BUDGET,
     CODE_WALLET,
     HoldExists,
     HoldNotFound,
@@ -24,6 +25,7 @@ from billing.services.wallet import wallet_adjust, wallet_credit, wallet_get_or_
 
 __all__ = [
     "CODE_BUDGET",
+    "CODE_KEY_BUDGET",
     "CODE_WALLET",
     "HoldExists",
     "HoldNotFound",

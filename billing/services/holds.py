@@ -26,6 +26,10 @@ How a caller uses it (one call = one ``request_id``)::
      budget (month-to-date usage + its open holds + ``amount_nanos`` > ``budget_nanos``).
      Nothing was written; same handling. ``exc.available_nanos`` is the smaller of the
      wallet's available balance and what is left of the budget.
+   - Raises ``InsufficientQuota`` code ``key_budget_exceeded``: the API key's monthly budget
+     (``key_budget_nanos``; the key's holds this UTC month — settled ones at what they charged,
+     open ones at their amount — plus ``amount_nanos`` would exceed it). Nothing was written;
+     same handling. ``exc.available_nanos`` is what is left of the key's budget.
    - Raises :class:`HoldExists` if ``request_id`` was used before (a programming error).
 
 2. **Settle exactly once, in ``finally``** — on success, vendor error, client disconnect and
@@ -89,6 +93,7 @@ LEDGER = LedgerEntry._meta.db_table
 
 CODE_WALLET = "insufficient_quota"
 CODE_BUDGET = "project_budget_exceeded"
+CODE_KEY_BUDGET = "key_budget_exceeded"
 
 
 class HoldExists(ValueError):
@@ -204,6 +209,43 @@ class _Refused(Exception):
     pass
 
 
+# --- the API key's budget (only for keys that have one: no query otherwise) -------------------
+
+_KEY_SPENT = f"""
+SELECT CAST(COALESCE(SUM(CASE WHEN status = 'open' THEN amount_nanos
+                              ELSE COALESCE(captured_nanos, 0) END), 0) AS BIGINT)
+  FROM {HOLD}
+ WHERE api_key_id = %s AND month = %s
+"""
+
+
+def _key_budget_check(*, key_id: int, month: dt.date, amount_nanos: int, budget_nanos: int) -> None:
+    """Refuse the hold just written if the key's month now exceeds ``budget_nanos``.
+
+    Must run in the transaction that opened the hold, *after* it: that statement locked the
+    organization's wallet row until commit, and every hold of this key is on that wallet, so
+    concurrent holds of the key are serialized here. This is a new statement, so under READ
+    COMMITTED it sees every hold committed before the lock was granted (a sum in the opening
+    statement itself would read that statement's older snapshot and could let two holds pass
+    together). The sum counts this hold (same transaction): settled holds at what they
+    charged, open ones at their amount, expired ones at nothing. Raises ``InsufficientQuota``
+    (``key_budget_exceeded``); the caller's ``atomic`` block then rolls the hold back.
+    """
+    with connection.cursor() as cur:
+        cur.execute(_KEY_SPENT, [key_id, month])
+        (spent,) = cur.fetchone()
+    if spent <= budget_nanos:
+        return
+    left = max(budget_nanos - (spent - amount_nanos), 0)
+    raise InsufficientQuota(
+        "This request would exceed this API key's monthly budget of "
+        f"${nanos_to_usd_str(budget_nanos)} (${nanos_to_usd_str(left)} left this month). "
+        "Raise the key's budget or wait for the next month.",
+        code=CODE_KEY_BUDGET,
+        available_nanos=left,
+    )
+
+
 def _refusal(
     *,
     organization_id: int,
@@ -257,13 +299,15 @@ def hold_open(
     request_id: str,
     amount_nanos: int,
     budget_nanos: int | None = None,
+    key_budget_nanos: int | None = None,
     ttl_s: int = 900,
 ) -> None:
     """Reserve ``amount_nanos`` for ``request_id``; see the module docstring for the contract.
 
-    Raises ``InsufficientQuota`` (``insufficient_quota`` / ``project_budget_exceeded``) with
-    nothing written, or :class:`HoldExists`. ``budget_nanos`` is the project's monthly budget
-    (``None`` = no budget).
+    Raises ``InsufficientQuota`` (``insufficient_quota`` / ``project_budget_exceeded`` /
+    ``key_budget_exceeded``) with nothing written, or :class:`HoldExists`. ``budget_nanos`` is
+    the project's monthly budget, ``key_budget_nanos`` the API key's (``None`` = no budget; a
+    key budget costs one more query, only for keys that have one).
     """
     if amount_nanos < 0:
         raise ValueError("amount_nanos must be >= 0")
@@ -285,6 +329,13 @@ def hold_open(
             ok = _open_one_statement(params) if one else _open_steps(params)
             if not ok:
                 raise _Refused
+            if key_budget_nanos is not None and api_key_id is not None:
+                _key_budget_check(
+                    key_id=api_key_id,
+                    month=params.month,
+                    amount_nanos=amount_nanos,
+                    budget_nanos=key_budget_nanos,
+                )
     except _Refused:
         raise _refusal(
             organization_id=organization_id,
@@ -644,6 +695,7 @@ async def ahold_open(
     request_id: str,
     amount_nanos: int,
     budget_nanos: int | None = None,
+    key_budget_nanos: int | None = None,
     ttl_s: int = 900,
 ) -> None:
     """:func:`hold_open` for async code (runs in a worker thread; same contract)."""
@@ -654,6 +706,7 @@ async def ahold_open(
         request_id=request_id,
         amount_nanos=amount_nanos,
         budget_nanos=budget_nanos,
+        key_budget_nanos=key_budget_nanos,
         ttl_s=ttl_s,
     )
 

@@ -1,0 +1,104 @@
+"""An API key's monthly budget, enforced in the hold under the wallet row lock (PostgreSQL)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connections
+
+from accounts.services import api_key_create
+from billing.models import Hold, HoldStatus, Wallet
+from billing.services import CODE_KEY_BUDGET, hold_open, hold_settle
+from config.errors import InsufficientQuota
+from tests.billing.conftest import USD, postgres_only
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+AMOUNT = 1_000_000  # 0.001 USD per hold
+THREADS = 8
+PER_THREAD = 12
+
+
+def _open(tenant, key_id: int, rid: str, amount: int, key_budget: int | None) -> None:
+    hold_open(
+        organization_id=tenant.org.pk,
+        project_id=tenant.project.pk,
+        api_key_id=key_id,
+        request_id=rid,
+        amount_nanos=amount,
+        key_budget_nanos=key_budget,
+    )
+
+
+def test_concurrent_holds_on_one_key_never_exceed_its_budget(make_tenant):
+    postgres_only()
+    tenant = make_tenant(balance_nanos=USD)  # the wallet could pay for every hold
+    budget = 5 * AMOUNT
+    ok: list[str] = []
+    refused: list[str] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    gate = threading.Barrier(THREADS)
+
+    def work(t: int) -> None:
+        try:
+            gate.wait()
+            for i in range(PER_THREAD):
+                rid = f"kb-{t}-{i}"
+                try:
+                    _open(tenant, tenant.key.pk, rid, AMOUNT, budget)
+                except InsufficientQuota as exc:
+                    with lock:
+                        refused.append(exc.code)
+                except Exception as exc:
+                    with lock:
+                        errors.append(repr(exc))
+                else:
+                    with lock:
+                        ok.append(rid)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    assert len(ok) == 5
+    assert refused == [CODE_KEY_BUDGET] * (THREADS * PER_THREAD - 5)
+    open_rids = set(
+        Hold.objects.filter(api_key=tenant.key, status=HoldStatus.OPEN).values_list(
+            "request_id", flat=True
+        )
+    )
+    assert open_rids == set(ok)
+    assert Wallet.objects.get(organization=tenant.org).held_nanos == budget
+
+
+def test_settled_holds_count_at_what_they_charged(make_tenant):
+    tenant = make_tenant(balance_nanos=USD)
+    budget = 3 * AMOUNT
+    _open(tenant, tenant.key.pk, "a", 2 * AMOUNT, budget)
+    with pytest.raises(InsufficientQuota) as refused:
+        _open(tenant, tenant.key.pk, "b", 2 * AMOUNT, budget)
+    assert refused.value.code == CODE_KEY_BUDGET
+    assert refused.value.available_nanos == AMOUNT
+    assert not Hold.objects.filter(request_id="b").exists()
+    assert hold_settle(request_id="a", actual_nanos=AMOUNT // 2) == AMOUNT // 2
+    _open(tenant, tenant.key.pk, "b", 2 * AMOUNT, budget)  # 0.5 spent + 2 held <= 3
+    with pytest.raises(InsufficientQuota) as again:
+        _open(tenant, tenant.key.pk, "c", AMOUNT, budget)
+    assert again.value.available_nanos == AMOUNT // 2
+
+
+def test_a_key_over_budget_leaves_the_other_keys_of_the_org_working(make_tenant):
+    tenant = make_tenant(balance_nanos=USD)
+    other, _ = api_key_create(project=tenant.project)
+    _open(tenant, tenant.key.pk, "x1", AMOUNT, AMOUNT)
+    with pytest.raises(InsufficientQuota):
+        _open(tenant, tenant.key.pk, "x2", AMOUNT, AMOUNT)
+    _open(tenant, other.pk, "y1", 10 * AMOUNT, None)
+    _open(tenant, other.pk, "y2", 10 * AMOUNT, 20 * AMOUNT)
+    assert Hold.objects.filter(api_key=other, status=HoldStatus.OPEN).count() == 2
