@@ -1,1 +1,1 @@
-"""``/v1/chat/completions``: validation and the call path."""
+"""``/v1/chat/completions`` request validation; the handler is :mod:`inference.endpoints.chat`."""

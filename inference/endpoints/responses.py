@@ -18,7 +18,8 @@ from typing import Any
 from billing.pricing import Usage
 from config.errors import ApiError
 from inference import relay, response_cache
-from inference.chat.service import (
+from inference.chat.validation import ChatRequest
+from inference.endpoints.chat import (
     cached_answer,
     completion_chunks,
     completion_usage,
@@ -28,7 +29,6 @@ from inference.chat.service import (
     usage_from,
     worst_case,
 )
-from inference.chat.validation import ChatRequest
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
 from inference.models import RequestStatus
 from inference.pipeline import Call, spawn

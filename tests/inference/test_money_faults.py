@@ -21,8 +21,8 @@ from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry
 from billing.pricing import Usage
 from inference import pipeline, tokens
-from inference.chat.service import routing_request
 from inference.chat.validation import parse_chat_request
+from inference.endpoints.chat import routing_request
 from inference.models import RequestLog, RequestStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)

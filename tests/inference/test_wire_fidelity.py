@@ -407,7 +407,7 @@ def test_ids_that_are_not_cl100k_tokens_are_a_400(issue_key, client_for):
     assert not Hold.objects.exists()
 
 
-# --- item 3, end to end: needs the chat service to pass the prompt's tokens to routing -------
+# --- item 3, end to end: needs the chat handler to pass the prompt's tokens to routing -------
 
 LONG = [{"role": "user", "content": "word " * 30_000}]  # ~30,000 tokens; test-small has 32,000
 
