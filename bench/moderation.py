@@ -74,9 +74,9 @@ def load_examples(path: Path = EVAL_PATH, split: str = "all") -> list[Example]:
 
 def predict(examples: list[Example], threads: int = 1) -> list[Prediction]:
     """Load the encoder and classifier on the CPU and classify ``examples``."""
-    from inference.gpu_backend.device import configure_threads, select_device
-    from inference.gpu_backend.embeddings import load_encoder
-    from inference.gpu_backend.moderation import ModerationClassifier
+    from gpu_backend.device import configure_threads, select_device
+    from gpu_backend.embeddings import load_encoder
+    from gpu_backend.moderation import ModerationClassifier
 
     configure_threads(threads)
     encoder = load_encoder(select_device("cpu"))
@@ -162,7 +162,7 @@ def main() -> None:
     parser.add_argument("--errors", action="store_true", help="list misclassified sentences")
     args = parser.parse_args()
 
-    from inference.gpu_backend.moderation_exemplars import CATEGORIES
+    from gpu_backend.moderation_exemplars import CATEGORIES
 
     predictions = predict(load_examples(split=args.split), threads=args.threads)
     print(f"## infrai-moderation-minilm on {EVAL_PATH.name} (split: {args.split})\n")

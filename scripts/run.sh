@@ -8,14 +8,17 @@ GPU_PORT="${GPU_PORT:-8001}"
 export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-config.settings.local}"
 export INFRAI_GPU_BACKEND_URL="${INFRAI_GPU_BACKEND_URL:-http://127.0.0.1:${GPU_PORT}/v1}"
 export INFRAI_PUBLIC_BASE_URL="${INFRAI_PUBLIC_BASE_URL:-http://127.0.0.1:${PORT}/v1}"
+export INFRAI_MODEL_CACHE_DIR="${INFRAI_MODEL_CACHE_DIR:-var/models}"
 export ORT_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 PY=.venv/bin/python
 STARTED="$(date +%s.%N)"
 mkdir -p var
 
 # The gpu-backend first: its start (imports, then model loads in the background) overlaps the
-# migrations. The chat model's GGUF was converted at install time, so it loads in seconds.
-$PY manage.py gpu_backend --host 127.0.0.1 --port "$GPU_PORT" &
+# migrations. A program of its own (no Django): its settings come from the INFRAI_GPU_BACKEND_*
+# and INFRAI_MODEL_CACHE_DIR variables. The chat model's GGUF was converted at install time, so
+# it loads in seconds.
+$PY -m gpu_backend --host 127.0.0.1 --port "$GPU_PORT" &
 GPU_PID=$!
 trap 'kill "$GPU_PID" 2>/dev/null || true' EXIT INT TERM
 
@@ -31,7 +34,7 @@ BEAT_PID=$!
 $PY manage.py catalog probe --vendor infrai-gpu --wait 120 >/dev/null 2>&1 || true
 ( $PY manage.py catalog probe --wait 300 >/dev/null 2>&1 || true ) &
 # Say when the platform can answer, and which local models are ready (readiness lines).
-$PY -m inference.gpu_backend.readiness --backend "http://127.0.0.1:${GPU_PORT}" \
+$PY -m gpu_backend.readiness --backend "http://127.0.0.1:${GPU_PORT}" \
     --gateway "http://127.0.0.1:${PORT}" --public-url "$INFRAI_PUBLIC_BASE_URL" --since "$STARTED" &
 READY_PID=$!
 trap 'kill "$GPU_PID" "$BEAT_PID" "$READY_PID" 2>/dev/null || true' EXIT INT TERM

@@ -1,10 +1,10 @@
 """The real gpu-backend server process with the real models (CPU, one thread) for tests.
 
-One server per test session, started as ``python -m inference.gpu_backend`` on a free port on
+One server per test session, started as ``python -m gpu_backend`` on a free port on
 127.0.0.1; the fixture waits on ``/health`` until every model is ready. Nothing here touches
-the database. ``tests/inference/conftest.py`` registers :func:`backend_url` once for every test
-under ``tests/inference`` (the gpu-backend's own tests and the gateway's), so a session starts
-at most one backend process. :func:`gated_backend` runs the same app in this process with its
+the database. ``tests/conftest.py`` registers :func:`backend_url` once for the whole suite (the
+gpu-backend's own tests in ``tests/gpu_backend`` and the gateway's), so a session starts at most
+one backend process. :func:`gated_backend` runs the same app in this process with its
 model loads held behind a gate, for the readiness tests.
 """
 
@@ -72,7 +72,7 @@ def backend_url() -> Iterator[str]:
     log = Path(tempfile.mkstemp(prefix="gpu-backend-", suffix=".log")[1])
     env = {**os.environ, "ORT_DISABLE_TELEMETRY": "1", "PYTHONUNBUFFERED": "1"}
     command = [
-        sys.executable, "-m", "inference.gpu_backend",
+        sys.executable, "-m", "gpu_backend",
         "--host", "127.0.0.1", "--port", str(port), "--threads", "1",
         "--cache-dir", str(model_cache_dir()), "--max-batch", "8", "--log-level", "warning",
         "--device", TEST_DEVICE,
@@ -127,10 +127,10 @@ def gated_backend(
     """A real gpu-backend app (uvicorn, in this process, CPU, one thread) whose model loads wait
     on the yielded :class:`Gate`; yields its base URL (no ``/v1``) once HTTP answers. On exit the
     gate fails any load still waiting."""
-    from inference.gpu_backend.app import create_app
-    from inference.gpu_backend.backend import Backend
-    from inference.gpu_backend.config import BackendConfig
-    from inference.gpu_backend.device import configure_threads
+    from gpu_backend.app import create_app
+    from gpu_backend.backend import Backend
+    from gpu_backend.config import BackendConfig
+    from gpu_backend.device import configure_threads
 
     configure_threads(1)
     gate = Gate()

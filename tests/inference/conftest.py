@@ -16,7 +16,6 @@ from catalog.models import Offering
 from catalog.selectors import price_in_force
 from catalog.types import PriceSnapshot
 from tests.fakes.vendors import FakeVendor
-from tests.gpu import backend_url  # noqa: F401  (one gpu-backend process per session)
 
 PRICE = {
     "effective_from": "2025-01-01T00:00:00Z",
@@ -220,7 +219,7 @@ def assert_billed(request_id: str, *, model: str, vendor: str, usage: Usage) -> 
 @pytest.fixture
 def gateway_catalog(
     fake_catalog: dict[str, FakeVendor],
-    backend_url: str,  # noqa: F811
+    backend_url: str,
 ) -> dict[str, FakeVendor]:
     """:func:`fake_catalog` plus the real gpu-backend's local models and fake image/embedding
     models, for the non-chat endpoints.

@@ -23,7 +23,7 @@ from catalog.documents import SEED_PATH, catalog_load
 from catalog.models import Vendor
 from catalog.services import vendor_probe
 from catalog.types import CircuitState
-from inference.gpu_backend import CHAT_MODEL_ID
+from gpu_backend import CHAT_MODEL_ID
 from tests.gpu import Gate, gated_backend
 
 

@@ -9,17 +9,17 @@ import httpx
 import pytest
 import torch
 
-from inference.gpu_backend.errors import APIError
-from inference.gpu_backend.multipart import parse_form
-from inference.gpu_backend.sampling import (
+from gpu_backend.errors import APIError
+from gpu_backend.multipart import parse_form
+from gpu_backend.sampling import (
     SamplingParams,
     apply_repetition_penalty,
     choose_token,
     filter_top_k_top_p,
     make_generator,
 )
-from inference.gpu_backend.textstream import IncrementalDetokenizer, StopMatcher
-from inference.gpu_backend.transcription import Segment, Transcript, to_srt, to_vtt
+from gpu_backend.textstream import IncrementalDetokenizer, StopMatcher
+from gpu_backend.transcription import Segment, Transcript, to_srt, to_vtt
 
 
 def test_stop_matcher_holds_back_a_possible_stop_prefix() -> None:

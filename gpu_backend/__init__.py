@@ -1,6 +1,6 @@
 """infrai's own inference server: local models behind an OpenAI-compatible HTTP API.
 
-The package runs standalone (``python -m inference.gpu_backend``) and imports nothing of Django;
+The package runs standalone (``python -m gpu_backend``) and imports nothing of Django;
 ``manage.py gpu_backend`` is a thin wrapper that fills the options from the settings.
 """
 

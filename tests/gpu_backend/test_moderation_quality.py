@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from inference.gpu_backend.device import configure_threads, select_device
-from inference.gpu_backend.embeddings import load_encoder
-from inference.gpu_backend.moderation import ModerationClassifier, ModerationResult
-from inference.gpu_backend.moderation_exemplars import EXEMPLARS
+from gpu_backend.device import configure_threads, select_device
+from gpu_backend.embeddings import load_encoder
+from gpu_backend.moderation import ModerationClassifier, ModerationResult
+from gpu_backend.moderation_exemplars import EXEMPLARS
 
 EVAL_PATH = Path(__file__).resolve().parents[3] / "bench" / "data" / "moderation_eval.jsonl"
 MAX_BENIGN_FALSE_POSITIVE_RATE = 0.06

@@ -12,8 +12,8 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
-from inference.gpu_backend.chat_model import chat_model_dir
-from tests.inference.gpu_backend.conftest import model_cache_dir
+from gpu_backend.chat_model import chat_model_dir
+from tests.gpu_backend.conftest import model_cache_dir
 
 MODEL = "SmolLM2-135M-Instruct"
 COUNT = [{"role": "user", "content": "Count from 1 to 20, one number per line."}]

@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from inference.gpu_backend import CHAT_MODEL_ID, EMBEDDING_MODEL_ID
-from inference.gpu_backend.backend import LOAD_TIMES_FILE, Backend
-from inference.gpu_backend.config import BackendConfig
-from inference.gpu_backend.readiness import Watcher
+from gpu_backend import CHAT_MODEL_ID, EMBEDDING_MODEL_ID
+from gpu_backend.backend import LOAD_TIMES_FILE, Backend
+from gpu_backend.config import BackendConfig
+from gpu_backend.readiness import Watcher
 from tests.gpu import gated_backend
 
 CHAT = {"model": CHAT_MODEL_ID, "messages": [{"role": "user", "content": "Say hi"}]}

@@ -1,6 +1,6 @@
 """``make run``'s readiness lines: when the platform can answer, and which local models are ready.
 
-``python -m inference.gpu_backend.readiness --backend URL [--gateway URL] [--public-url URL]
+``python -m gpu_backend.readiness --backend URL [--gateway URL] [--public-url URL]
 [--since EPOCH]`` polls the gpu-backend's ``/health`` (and the gateway's ``/healthz``) and prints:
 
 - while nothing can answer yet, a line every ~10 s with each loading model's ETA;
@@ -131,7 +131,7 @@ def gateway_is_up(client: httpx.Client, gateway: str | None) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Poll until every model is ready (0), one failed (1) or the timeout passed (1)."""
-    parser = argparse.ArgumentParser(prog="python -m inference.gpu_backend.readiness")
+    parser = argparse.ArgumentParser(prog="python -m gpu_backend.readiness")
     parser.add_argument("--backend", required=True, help="gpu-backend base URL (no /v1)")
     parser.add_argument("--gateway", default=None, help="gateway base URL to wait for (/healthz)")
     parser.add_argument("--public-url", default=None, help="the base URL to print")

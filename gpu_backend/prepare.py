@@ -1,7 +1,7 @@
 """Install-time step: convert the SmolLM2 GGUF to the transformers copy the server loads.
 
-``python -m inference.gpu_backend.prepare [--dir DIR]`` (run by ``scripts/install.sh``). Without
-``--dir`` the copy goes to :func:`~inference.gpu_backend.chat_model.prebuilt_dir` inside the
+``python -m gpu_backend.prepare [--dir DIR]`` (run by ``scripts/install.sh``). Without
+``--dir`` the copy goes to :func:`~gpu_backend.chat_model.prebuilt_dir` inside the
 virtualenv, where every server of that environment finds it whatever its ``--cache-dir``. Does
 nothing when a current copy is already there; exits 1 with one line when the model package is
 missing.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Convert (or confirm) the copy; print one line saying which and where."""
-    parser = argparse.ArgumentParser(prog="python -m inference.gpu_backend.prepare")
+    parser = argparse.ArgumentParser(prog="python -m gpu_backend.prepare")
     parser.add_argument("--dir", type=Path, default=None, help="target root (default: the venv's)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

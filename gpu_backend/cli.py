@@ -1,4 +1,4 @@
-"""Command line: ``python -m inference.gpu_backend [--host H] [--port P] [--threads N] ...``.
+"""Command line: ``python -m gpu_backend [--host H] [--port P] [--threads N] ...``.
 
 Every flag falls back to an environment variable (see ``config``), so the Django management
 command and ``make run`` can start the same server.
@@ -33,7 +33,7 @@ from .config import (
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (defaults read from the environment)."""
     parser = argparse.ArgumentParser(
-        prog="python -m inference.gpu_backend",
+        prog="python -m gpu_backend",
         description="infrai's OpenAI-compatible server over local models (CUDA if present).",
     )
     env = os.environ.get
@@ -153,5 +153,5 @@ def serve(config: BackendConfig) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of ``python -m inference.gpu_backend``."""
+    """Entry point of ``python -m gpu_backend``."""
     serve(config_from_args(argv))

@@ -1,5 +1,0 @@
-"""``python -m inference.gpu_backend``: run the server (see ``cli`` for the flags)."""
-
-from .cli import main
-
-main()
