@@ -74,9 +74,24 @@ def api_key_create(
     name: str = "",
     expires_at: datetime | None = None,
     created_by: User | None = None,
+    requests_per_minute: int | None = None,
+    tokens_per_minute: int | None = None,
+    monthly_budget_nanos: int | None = None,
 ) -> tuple[ApiKey, str]:
-    """Create a key for ``project``; returns the row and the full key (show it once)."""
+    """Create a key for ``project``; returns the row and the full key (show it once).
+
+    Rate limits left ``None`` take the model's defaults; ``monthly_budget_nanos`` ``None`` is
+    no budget of its own (the project's and the wallet's limits still apply).
+    """
     raw = keys.generate()
+    limits = {
+        field: value
+        for field, value in (
+            ("requests_per_minute", requests_per_minute),
+            ("tokens_per_minute", tokens_per_minute),
+        )
+        if value is not None
+    }
     api_key = ApiKey.objects.create(
         organization_id=project.organization_id,
         project=project,
@@ -86,6 +101,8 @@ def api_key_create(
         key_hash=keys.hash_key(raw),
         expires_at=expires_at,
         created_by=created_by,
+        monthly_budget_nanos=monthly_budget_nanos,
+        **limits,
     )
     return api_key, raw
 
@@ -107,6 +124,31 @@ def api_key_update(
         api_key.name = name
     api_key.expires_at = expires_at
     api_key.save(update_fields=["name", "expires_at"])
+    api_key_cache_forget(key_hash=api_key.key_hash)
+    return api_key
+
+
+def api_key_limits_set(
+    *,
+    api_key: ApiKey,
+    requests_per_minute: int,
+    tokens_per_minute: int,
+    monthly_budget_nanos: int | None,
+) -> ApiKey:
+    """Set a key's rate limits and its monthly budget in nano-USD (``None``: no budget).
+
+    Every value is written as given (pass the current one to keep it). The cached ``/v1``
+    lookup is dropped, so the change holds from the key's next call in every process; holds
+    already open keep counting against the new budget.
+    """
+    if requests_per_minute < 1 or tokens_per_minute < 1:
+        raise ValueError("rate limits must be >= 1")
+    if monthly_budget_nanos is not None and monthly_budget_nanos < 0:
+        raise ValueError("monthly_budget_nanos must be >= 0")
+    api_key.requests_per_minute = requests_per_minute
+    api_key.tokens_per_minute = tokens_per_minute
+    api_key.monthly_budget_nanos = monthly_budget_nanos
+    api_key.save(update_fields=["requests_per_minute", "tokens_per_minute", "monthly_budget_nanos"])
     api_key_cache_forget(key_hash=api_key.key_hash)
     return api_key
 

@@ -51,6 +51,7 @@ def api_key(k: ApiKey, *, secret: str | None = None) -> dict[str, Any]:
         "last_used_at": ts(k.last_used_at),
         "requests_per_minute": k.requests_per_minute,
         "tokens_per_minute": k.tokens_per_minute,
+        "monthly_budget_usd": usd(k.monthly_budget_nanos),
         "owner": {"type": "user", "user_id": f"user_{k.created_by_id}"}
         if k.created_by_id
         else None,

@@ -44,6 +44,7 @@ class ApiKeyWrite(serializers.Serializer[Any]):
     tokens_per_minute = serializers.IntegerField(
         required=False, min_value=1, max_value=2_000_000_000
     )
+    monthly_budget_usd = UsdField(required=False, allow_null=True)
 
 
 class RoleChange(serializers.Serializer[Any]):

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from django.utils import timezone
 
-from accounts.models import ApiKey, Organization, Role, User
+from accounts.models import Organization, Role, User
 from accounts.selectors import membership_get
-from accounts.services import api_key_cache_forget, api_key_update
 from dashboard.permissions import MANAGE_ORG, role_allows
 from management import keys
 from management.models import AdminKey
@@ -46,32 +43,3 @@ def admin_key_revoke(*, admin_key: AdminKey, revoked_by: User | None) -> AdminKe
         admin_key.revoked_by = revoked_by
         admin_key.save(update_fields=["revoked_at", "revoked_by"])
     return admin_key
-
-
-def api_key_settings_update(
-    *,
-    api_key: ApiKey,
-    expires_at: datetime | None,
-    name: str | None = None,
-    requests_per_minute: int | None = None,
-    tokens_per_minute: int | None = None,
-) -> ApiKey:
-    """Set a key's expiry (None: never) and change its name and per-key rate limits (None:
-    unchanged). The cached ``/v1`` lookup is dropped, so the change is effective on the key's
-    next call.
-
-    ``accounts.services.api_key_update`` has no rate-limit arguments yet; this writes the two
-    limit fields beside it and should move there.
-    """
-    api_key_update(api_key=api_key, name=name, expires_at=expires_at)
-    fields = []
-    if requests_per_minute is not None:
-        api_key.requests_per_minute = requests_per_minute
-        fields.append("requests_per_minute")
-    if tokens_per_minute is not None:
-        api_key.tokens_per_minute = tokens_per_minute
-        fields.append("tokens_per_minute")
-    if fields:
-        api_key.save(update_fields=fields)
-        api_key_cache_forget(key_hash=api_key.key_hash)
-    return api_key

@@ -13,17 +13,18 @@ from accounts.models import ApiKey, Project
 from accounts.selectors import api_key_get, project_get
 from accounts.services import (
     api_key_create,
+    api_key_limits_set,
     api_key_revoke,
+    api_key_update,
     project_archive,
     project_create,
     project_update,
 )
-from config.errors import InvalidRequest, NotFound
-from dashboard.permissions import MANAGE_ORG, USE_KEYS
+from config.errors import InvalidRequest, NotFound, PermissionDenied
+from dashboard.permissions import MANAGE_ORG, USE_KEYS, role_allows
 from management import render
 from management.api import ManagementView, page, parse_id
 from management.serializers import ApiKeyWrite, ProjectCreate, ProjectUpdate
-from management.services import api_key_settings_update
 
 
 class _ProjectScoped(ManagementView):
@@ -104,6 +105,15 @@ def _expiry(data: dict[str, Any], current: datetime | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, tz=UTC)
 
 
+def _key_budget_allowed(view: ManagementView, data: dict[str, Any]) -> None:
+    """A key's budget is a spending limit: set by owners and admins only, as project budgets
+    (members manage their keys otherwise)."""
+    if "monthly_budget_usd" in data and not role_allows(view.ctx.role, MANAGE_ORG):
+        raise PermissionDenied(
+            "Only owners and admins set an API key's budget.", param="monthly_budget_usd"
+        )
+
+
 class ApiKeyList(_ProjectScoped):
     roles = {"POST": USE_KEYS}
     bodies = {"POST": ApiKeyWrite}
@@ -121,17 +131,15 @@ class ApiKeyList(_ProjectScoped):
         body = ApiKeyWrite(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
+        _key_budget_allowed(self, data)
         created, raw = api_key_create(
             project=found,
             name=data.get("name", ""),
             expires_at=_expiry(data, None),
             created_by=self.ctx.admin_key.created_by,
-        )
-        created = api_key_settings_update(
-            api_key=created,
-            expires_at=created.expires_at,
             requests_per_minute=data.get("requests_per_minute"),
             tokens_per_minute=data.get("tokens_per_minute"),
+            monthly_budget_nanos=data.get("monthly_budget_usd"),
         )
         response = Response(render.api_key(created, secret=raw), status=201)
         response["Cache-Control"] = "no-store"
@@ -153,17 +161,19 @@ class ApiKeyDetail(_ProjectScoped):
         return Response(render.api_key(self.key(project_id, key_id)))
 
     def post(self, request: Request, project_id: str, key_id: str) -> Response:
-        """Change name, expiry (``null``: never) and per-key rate limits."""
+        """Change name, expiry (``null``: never), per-key rate limits and monthly budget
+        (``null``: none); fields left out keep their value."""
         key = self.key(project_id, key_id)
         body = ApiKeyWrite(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        updated = api_key_settings_update(
+        _key_budget_allowed(self, data)
+        api_key_update(api_key=key, name=data.get("name"), expires_at=_expiry(data, key.expires_at))
+        updated = api_key_limits_set(
             api_key=key,
-            name=data.get("name"),
-            expires_at=_expiry(data, key.expires_at),
-            requests_per_minute=data.get("requests_per_minute"),
-            tokens_per_minute=data.get("tokens_per_minute"),
+            requests_per_minute=data.get("requests_per_minute", key.requests_per_minute),
+            tokens_per_minute=data.get("tokens_per_minute", key.tokens_per_minute),
+            monthly_budget_nanos=data.get("monthly_budget_usd", key.monthly_budget_nanos),
         )
         return Response(render.api_key(updated))
 

@@ -19,6 +19,8 @@ MATRIX = [
     ("GET", "/projects/{p}/api_keys", None, EVERYONE),
     ("POST", "/projects/{p}/api_keys", {"name": "k"}, {OW, AD, ME}),
     ("POST", "/projects/{p}/api_keys/{k}", {"name": "renamed"}, {OW, AD, ME}),
+    ("POST", "/projects/{p}/api_keys/{k}", {"monthly_budget_usd": "2"}, {OW, AD}),
+    ("POST", "/projects/{p}/api_keys", {"monthly_budget_usd": "2"}, {OW, AD}),
     ("GET", "/users", None, EVERYONE),
     ("POST", "/users/{u}", {"role": "member"}, {OW, AD}),
     ("GET", "/invites", None, {OW, AD}),
