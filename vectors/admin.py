@@ -1,0 +1,22 @@
+"""Staff views: prices (a change is a new row), collections and storage charges (read only)."""
+
+from django.contrib import admin
+
+from vectors.models import Collection, StorageCharge, VectorPrice
+
+
+@admin.register(VectorPrice)
+class VectorPriceAdmin(admin.ModelAdmin):
+    list_display = ("effective_from", "per_gb_day_nanos", "per_query_nanos", "source")
+
+
+@admin.register(Collection)
+class CollectionAdmin(admin.ModelAdmin):
+    list_display = ("name", "project", "engine", "dimensions", "vector_count", "size_bytes")
+    readonly_fields = [f.name for f in Collection._meta.fields]
+
+
+@admin.register(StorageCharge)
+class StorageChargeAdmin(admin.ModelAdmin):
+    list_display = ("request_id", "project", "amount_nanos", "charged_nanos", "period_end")
+    readonly_fields = [f.name for f in StorageCharge._meta.fields]

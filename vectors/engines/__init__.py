@@ -1,0 +1,1 @@
+"""The engines behind :class:`vectors.store.VectorStore`."""

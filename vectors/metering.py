@@ -1,0 +1,214 @@
+"""Money of the vector store: per-call fees through the request pipeline, and storage.
+
+**Calls.** A search costs the catalog's ``per_query_nanos``; a write costs nothing itself but
+must be covered by one GB-day of the bytes it writes (a wallet that cannot pay for storing
+them gets a 402 and nothing is written). Both go through :class:`inference.pipeline.Call`
+like any metered call: counted against the key's limits, a hold before the work, the
+request-log row and the settlement written together exactly once on every exit path. The
+platform is the "vendor" (``infrai/vector-store``); its fee is one priced unit.
+
+**Storage.** :func:`storage_meter` (Celery beat, hourly) accrues each collection's bytes ×
+seconds since its last metering at the price in force, as an exact integer (nano-USD ×
+86 400 × 10^9), and charges the whole nano-USD of it through the wallet's hold → settle
+(one ``usage`` ledger entry per collection and run, with the project; request id
+``vst_…``). What is below one nano-USD carries over to the next run, so nothing is rounded
+away or charged twice. A wallet that cannot cover a charge pays what it has available; the
+rest is recorded on the :class:`~vectors.models.StorageCharge` row (never an overdraft).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+from typing import TypeVar
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from billing.services import HoldExists, hold_open, hold_settle
+from catalog.routing import Candidate, RoutingDecision
+from catalog.types import CircuitState
+from config.errors import InsufficientQuota
+from inference.http import ApiRequest
+from inference.models import RequestStatus
+from inference.pipeline import Call
+from money.pricing import PriceSnapshot, Usage
+from vectors.models import Collection, StorageCharge
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+VENDOR = "infrai"
+MODEL = "vector-store"
+GB = 1_000_000_000
+DAY_S = 86_400
+# The accrual's unit: nano-USD × GB × seconds-per-day (exact: bytes × seconds × nanos/GB-day).
+ACCRUAL_UNIT = GB * DAY_S
+_FEE = "fee"
+
+
+def storage_day_nanos(*, size_bytes: int, per_gb_day_nanos: int) -> int:
+    """One day of storing ``size_bytes`` at ``per_gb_day_nanos``, rounded up (at least 1 when
+    anything is stored at a non-zero price)."""
+    return -(-size_bytes * per_gb_day_nanos // GB)
+
+
+def _platform(fee_nanos: int) -> Candidate:
+    return Candidate(
+        offering_id=0,
+        vendor=VENDOR,
+        adapter_kind="",
+        base_url="",
+        credentials_env="",
+        region="",
+        upstream_model=MODEL,
+        model=MODEL,
+        price=PriceSnapshot(per_image_nanos={_FEE: fee_nanos}),
+        rules={},
+        ignored_params=(),
+        health=CircuitState.CLOSED,
+        expected_cost_nanos=fee_nanos,
+        quality_tier=0,
+        score=0,
+    )
+
+
+async def metered_call(
+    request: ApiRequest,
+    *,
+    endpoint: str,
+    hold_nanos: int,
+    charge: bool,
+    work: Callable[[], Awaitable[T]],
+) -> tuple[Call, T]:
+    """Run ``work`` as one metered call of the platform.
+
+    Counts the call against the key's limits (429), holds ``hold_nanos`` (402 with nothing
+    done), runs ``work``, then settles: ``hold_nanos`` when ``charge``, else nothing. Any
+    failure in ``work`` settles with nothing charged and re-raises. The returned call is
+    finished (render with ``call.infrai()`` / ``call.headers()``).
+    """
+    call = Call(request=request, endpoint=endpoint, requested_model=MODEL)
+    await call.limit(tokens=0)
+    platform = _platform(hold_nanos)
+    call.decision = RoutingDecision(
+        mode="pinned",
+        prefer=None,
+        task=None,
+        why="the platform's vector store",
+        candidates=(platform,),
+    )
+    await call.hold(worst_case=lambda _c: Usage(images={_FEE: 1}))
+    async with call.closed_on_failure():
+        result = await work()
+    call.served_by = platform
+    call.charge(Usage(images={_FEE: 1}) if charge else Usage())
+    await call.finish(status=RequestStatus.OK, http_status=200)
+    return call, result
+
+
+# --- storage ----------------------------------------------------------------------------------
+
+
+def _accrue(collection_id: int, per_gb_day_nanos: int) -> StorageCharge | None:
+    """Accrue one collection up to now and split off the whole nano-USD as a pending charge
+    (one transaction, the collection row locked: two runs never accrue the same seconds)."""
+    now = timezone.now()
+    with transaction.atomic():
+        c = Collection.objects.select_for_update().filter(pk=collection_id).first()
+        if c is None:
+            return None
+        seconds = max(int((now - c.metered_at).total_seconds()), 0)
+        accrued = int(c.accrued_storage) + c.size_bytes * seconds * per_gb_day_nanos
+        whole = accrued // ACCRUAL_UNIT
+        c.accrued_storage = Decimal(accrued - whole * ACCRUAL_UNIT)
+        period_start = c.metered_at
+        c.metered_at = period_start + dt.timedelta(seconds=seconds)
+        c.save(update_fields=["accrued_storage", "metered_at"])
+        if whole == 0:
+            return None
+        return StorageCharge.objects.create(
+            collection=c,
+            organization_id=c.organization_id,
+            project_id=c.project_id,
+            request_id="vst_" + secrets.token_hex(12),
+            amount_nanos=whole,
+            period_start=period_start,
+            period_end=c.metered_at,
+        )
+
+
+def _hold_what_is_available(charge: StorageCharge) -> int:
+    """Hold the charge's amount, or all the wallet has available when that is less; returns
+    the amount held (0: nothing held)."""
+
+    def hold(amount: int) -> None:
+        hold_open(
+            organization_id=charge.organization_id,
+            project_id=charge.project_id,
+            api_key_id=None,
+            request_id=charge.request_id,
+            amount_nanos=amount,
+        )
+
+    try:
+        hold(charge.amount_nanos)
+        return charge.amount_nanos
+    except InsufficientQuota as exc:
+        amount = min(exc.available_nanos or 0, charge.amount_nanos)
+    if amount > 0:
+        hold(amount)
+    return amount
+
+
+def storage_charge(charge: StorageCharge) -> int:
+    """Charge a pending storage charge through hold → settle; returns what was charged.
+
+    Takes what the wallet has available when it cannot cover the whole amount (the shortfall
+    stays on the row); 0 when it has nothing. Safe to retry: a hold already opened for the
+    row is only settled.
+    """
+    description = f"vector storage {charge.period_start:%Y-%m-%d %H:%M}-{charge.period_end:%H:%M}"
+    try:
+        amount = _hold_what_is_available(charge)
+    except HoldExists:
+        amount = charge.amount_nanos  # held by an earlier try: the settlement caps at the hold
+    charged = 0
+    if amount > 0:
+        charged = hold_settle(
+            request_id=charge.request_id, actual_nanos=amount, description=description
+        )
+    StorageCharge.objects.filter(pk=charge.pk).update(charged_nanos=charged)
+    if charge.collection_id is not None:
+        Collection.objects.filter(pk=charge.collection_id).update(
+            storage_charged_nanos=F("storage_charged_nanos") + charged
+        )
+    if charged < charge.amount_nanos:
+        log.warning(
+            "storage charge %s: wallet covered %s of %s nano-USD",
+            charge.request_id,
+            charged,
+            charge.amount_nanos,
+        )
+    return charged
+
+
+def storage_meter() -> int:
+    """Accrue every collection and charge what is due (and retry charges left pending);
+    returns the nano-USD charged."""
+    from vectors.services import price_now
+
+    per_gb_day = price_now().per_gb_day_nanos
+    for collection_id in Collection.objects.values_list("pk", flat=True):
+        _accrue(collection_id, per_gb_day)
+    total = 0
+    for charge in StorageCharge.objects.filter(charged_nanos__isnull=True).order_by("pk"):
+        try:
+            total += storage_charge(charge)
+        except Exception:
+            log.exception("could not charge storage %s; retried next run", charge.request_id)
+    return total

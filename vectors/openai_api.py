@@ -1,0 +1,481 @@
+"""OpenAI's own surface over the same store: ``/v1/files`` and ``/v1/vector_stores``.
+
+So that ``client.files.create(purpose="assistants")``, ``client.vector_stores.create()``,
+``client.vector_stores.files.create()`` and ``client.vector_stores.search()`` of the official
+SDKs work, with OpenAI's response shapes. A vector store is a collection named by its id
+(``vs_…``). Attaching a file chunks its text with OpenAI's static strategy (default 800 tokens,
+400 overlap, in cl100k tokens), embeds the chunks through ``/v1/embeddings`` (billed there) and
+writes them as vectors ``<file id>#<n>`` whose metadata are the file's ``attributes`` plus
+``_file_id`` / ``_filename``. The work is done before the answer, so the file comes back
+``completed`` (or ``failed`` with ``last_error`` for a file that is not UTF-8 text). A search
+is a billed query (:func:`vectors.api.search`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import tiktoken
+from asgiref.sync import sync_to_async
+from django.db.models import Count, Q
+
+from config.db import db_async
+from config.errors import InvalidRequest, NotFound, invalid_type, missing_param
+from inference import multipart, tokens
+from inference.endpoints import metered
+from inference.http import ApiRequest, Response, json_response, route
+from vectors import metering, services, validation
+from vectors.embedding import embed_texts
+from vectors.flows import deposit_for, embedding_model_for, search
+from vectors.models import Collection, FileStatus, StoredFile, VectorStoreFile
+from vectors.store import Item, item_bytes
+
+PURPOSES = ("assistants", "user_data", "batch", "fine-tune", "vision", "evals")
+DEFAULT_CHUNK_TOKENS = 800
+DEFAULT_OVERLAP_TOKENS = 400
+MAX_CHUNKS = validation.MAX_BATCH
+MAX_SEARCH_RESULTS = 50
+FILE_ID = "_file_id"
+FILENAME = "_filename"
+
+
+@functools.cache
+def _encoding() -> tiktoken.Encoding:
+    return tiktoken.get_encoding(tokens.ENCODING)
+
+
+def chunk_text(text: str, *, max_tokens: int, overlap: int) -> list[str]:
+    """``text`` cut into windows of ``max_tokens`` cl100k tokens, each starting
+    ``max_tokens - overlap`` tokens after the previous one (OpenAI's static chunking)."""
+    ids = _encoding().encode(text, disallowed_special=())
+    step = max_tokens - overlap
+    chunks = []
+    for start in range(0, max(len(ids), 1), step):
+        piece = _encoding().decode(ids[start : start + max_tokens]).strip()
+        if piece:
+            chunks.append(piece)
+        if start + max_tokens >= len(ids):
+            break
+    return chunks
+
+
+def chunking(value: Any) -> tuple[int, int]:
+    """``chunking_strategy``: ``auto`` (800/400) or ``static`` with OpenAI's bounds."""
+    if value is None or (isinstance(value, dict) and value.get("type") == "auto"):
+        return DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS
+    if not isinstance(value, dict) or value.get("type") != "static":
+        raise invalid_type("chunking_strategy", "{'type': 'auto'} or {'type': 'static', …}")
+    static = value.get("static")
+    if not isinstance(static, dict):
+        raise missing_param("chunking_strategy.static")
+    size = static.get("max_chunk_size_tokens")
+    overlap = static.get("chunk_overlap_tokens", 0)
+    if not isinstance(size, int) or not 100 <= size <= 4096:
+        raise InvalidRequest(
+            "'max_chunk_size_tokens' must be an integer from 100 to 4096.",
+            code="invalid_value",
+            param="chunking_strategy.static.max_chunk_size_tokens",
+        )
+    if not isinstance(overlap, int) or not 0 <= overlap <= size // 2:
+        raise InvalidRequest(
+            "'chunk_overlap_tokens' must be an integer from 0 to half the chunk size.",
+            code="invalid_value",
+            param="chunking_strategy.static.chunk_overlap_tokens",
+        )
+    return size, overlap
+
+
+# --- shapes -----------------------------------------------------------------------------------
+
+
+def file_json(f: StoredFile) -> dict[str, Any]:
+    return {
+        "id": f.public_id,
+        "object": "file",
+        "bytes": f.bytes,
+        "created_at": int(f.created_at.timestamp()),
+        "filename": f.filename,
+        "purpose": f.purpose,
+        "status": "processed",
+        "status_details": None,
+    }
+
+
+def _file_counts(c: Collection) -> dict[str, int]:
+    counts = VectorStoreFile.objects.filter(collection=c).aggregate(
+        total=Count("id"),
+        completed=Count("id", filter=Q(status=FileStatus.COMPLETED)),
+        failed=Count("id", filter=Q(status=FileStatus.FAILED)),
+        in_progress=Count("id", filter=Q(status=FileStatus.IN_PROGRESS)),
+    )
+    return {**counts, "cancelled": 0}
+
+
+def store_json(c: Collection) -> dict[str, Any]:
+    """A collection as OpenAI's ``vector_store`` object (reads its file counts)."""
+    created = int(c.created_at.timestamp())
+    return {
+        "id": c.public_id,
+        "object": "vector_store",
+        "created_at": created,
+        "name": c.title or c.name,
+        "usage_bytes": c.size_bytes,
+        "file_counts": _file_counts(c),
+        "status": "completed",
+        "expires_after": None,
+        "expires_at": None,
+        "last_active_at": created,
+        "metadata": c.metadata,
+    }
+
+
+def store_file_json(sf: VectorStoreFile, store_id: str, file_id: str) -> dict[str, Any]:
+    return {
+        "id": file_id,
+        "object": "vector_store.file",
+        "usage_bytes": sf.usage_bytes,
+        "created_at": int(sf.created_at.timestamp()),
+        "vector_store_id": store_id,
+        "status": sf.status,
+        "last_error": sf.last_error,
+        "attributes": sf.attributes,
+        "chunking_strategy": {"type": "static", "static": sf.chunking} if sf.chunking else None,
+    }
+
+
+def _page(data: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": False,
+    }
+
+
+# --- files ------------------------------------------------------------------------------------
+
+
+def _file_find(*, project_id: int, file_id: str, param: str = "file_id") -> StoredFile:
+    found = StoredFile.objects.filter(project_id=project_id, public_id=file_id).first()
+    if found is None:
+        raise NotFound(f"No such File object: {file_id}", code="not_found", param=param)
+    return found
+
+
+async def files_create(request: ApiRequest) -> Response:
+    fields, files = await multipart.aparse(request.headers.get("content-type", ""), request.body)
+    purpose = fields.get("purpose")
+    if purpose is None:
+        raise missing_param("purpose")
+    if purpose not in PURPOSES:
+        raise InvalidRequest(
+            f"Invalid value for 'purpose': {purpose!r}. Supported values are: "
+            + ", ".join(f"'{p}'" for p in PURPOSES)
+            + ".",
+            code="invalid_value",
+            param="purpose",
+        )
+    upload = files.get("file")
+    if upload is None:
+        raise missing_param("file")
+    key = request.caller
+
+    def create() -> StoredFile:
+        return StoredFile.objects.create(
+            organization_id=key.organization_id,
+            project_id=key.project_id,
+            public_id=services.new_public_id("file-"),
+            filename=(upload.filename or "upload")[:256],
+            purpose=str(purpose),
+            content=upload.content,
+            bytes=len(upload.content),
+        )
+
+    return json_response(file_json(await db_async(create)()))
+
+
+async def files_list(request: ApiRequest) -> Response:
+    def rows() -> list[StoredFile]:
+        return list(
+            StoredFile.objects.filter(project_id=request.caller.project_id).order_by("-pk")[:10000]
+        )
+
+    return json_response(_page([file_json(f) for f in await db_async(rows)()]))
+
+
+async def file_get(request: ApiRequest) -> Response:
+    found = await db_async(_file_find)(
+        project_id=request.caller.project_id, file_id=request.path_params["file_id"]
+    )
+    return json_response(file_json(found))
+
+
+async def file_delete(request: ApiRequest) -> Response:
+    file_id = request.path_params["file_id"]
+    found = await db_async(_file_find)(project_id=request.caller.project_id, file_id=file_id)
+    await sync_to_async(found.delete)()
+    return json_response({"id": file_id, "object": "file", "deleted": True})
+
+
+# --- vector stores ----------------------------------------------------------------------------
+
+
+def _store(request: ApiRequest) -> Collection:
+    return services.collection_find(
+        project_id=request.caller.project_id,
+        name=request.path_params["vector_store_id"],
+        param="vector_store_id",
+    )
+
+
+async def stores_create(request: ApiRequest) -> Response:
+    data = request.json()
+    metered.reject_unknown(
+        data, {"name", "file_ids", "metadata", "chunking_strategy", "expires_after", "description"}
+    )
+    title = metered.optional_string(data, "name") or ""
+    meta = validation.metadata_field(data.get("metadata"), "metadata")
+    file_ids = data.get("file_ids") or []
+    if not isinstance(file_ids, list) or not all(isinstance(f, str) for f in file_ids):
+        raise invalid_type("file_ids", "an array of file ids")
+    size, overlap = chunking(data.get("chunking_strategy"))
+    key = request.caller
+    for i, file_id in enumerate(file_ids):  # 404 before anything is created
+        await db_async(_file_find)(
+            project_id=key.project_id, file_id=file_id, param=f"file_ids[{i}]"
+        )
+    created = await db_async(services.collection_create)(
+        organization_id=key.organization_id,
+        project_id=key.project_id,
+        name=None,
+        title=title[:256],
+        metadata=meta,
+    )
+    for file_id in file_ids:
+        await _attach(request, created, file_id, {}, size, overlap)
+    return json_response(await db_async(store_json)(created))
+
+
+async def stores_list(request: ApiRequest) -> Response:
+    def rows() -> list[dict[str, Any]]:
+        return [
+            store_json(c) for c in services.collections_of(project_id=request.caller.project_id)
+        ]
+
+    return json_response(_page(await db_async(rows)()))
+
+
+async def store_get(request: ApiRequest) -> Response:
+    return json_response(await db_async(lambda: store_json(_store(request)))())
+
+
+async def store_delete(request: ApiRequest) -> Response:
+    found = await db_async(_store)(request)
+    await db_async(services.collection_delete)(collection=found)
+    return json_response({"id": found.public_id, "object": "vector_store.deleted", "deleted": True})
+
+
+async def _attach(
+    request: ApiRequest,
+    store: Collection,
+    file_id: str,
+    attributes: dict[str, Any],
+    size: int,
+    overlap: int,
+) -> tuple[VectorStoreFile, str]:
+    """Chunk, embed (billed) and write one file's text into ``store``."""
+    stored = await db_async(_file_find)(project_id=request.caller.project_id, file_id=file_id)
+    link, _ = await db_async(VectorStoreFile.objects.update_or_create)(
+        collection=store,
+        file=stored,
+        defaults={
+            "status": FileStatus.IN_PROGRESS,
+            "attributes": attributes,
+            "chunking": {"max_chunk_size_tokens": size, "chunk_overlap_tokens": overlap},
+            "last_error": None,
+        },
+    )
+    try:
+        text = bytes(stored.content).decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    chunks = chunk_text(text, max_tokens=size, overlap=overlap) if text else []
+    if not chunks or len(chunks) > MAX_CHUNKS:
+        why = (
+            "The file is not UTF-8 text."
+            if text is None
+            else "The file holds no text."
+            if not chunks
+            else f"The file makes more than {MAX_CHUNKS} chunks."
+        )
+        link.status, link.last_error = (
+            FileStatus.FAILED,
+            {"code": "unsupported_file", "message": why},
+        )
+        await db_async(link.save)()
+        return link, stored.public_id
+    model = embedding_model_for(store, None)
+    embedded = await embed_texts(request, texts=chunks, model=model)
+    services.check_dimensions(store, len(embedded.vectors[0]), "file_id")
+    meta = {**attributes, FILE_ID: stored.public_id, FILENAME: stored.filename}
+    items = [
+        Item(id=f"{stored.public_id}#{n}", vector=v, metadata=meta, text=chunk)
+        for n, (v, chunk) in enumerate(zip(embedded.vectors, chunks, strict=True))
+    ]
+    deposit = await deposit_for(items)
+    written = sum(item_bytes(i) for i in items)
+
+    def write() -> None:
+        if not store.embedding_model:
+            Collection.objects.filter(pk=store.pk, embedding_model="").update(
+                embedding_model=embedded.model
+            )
+        services.vectors_delete(collection=store, ids=None, where={FILE_ID: stored.public_id})
+        services.vectors_write(collection=store, items=items, param="file_id")
+        link.status, link.chunks, link.usage_bytes = FileStatus.COMPLETED, len(items), written
+        link.save()
+
+    await metering.metered_call(
+        request, endpoint="vector.upsert", hold_nanos=deposit, charge=False, work=db_async(write)
+    )
+    return link, stored.public_id
+
+
+async def store_files_create(request: ApiRequest) -> Response:
+    data = request.json()
+    metered.reject_unknown(data, {"file_id", "attributes", "chunking_strategy"})
+    file_id = data.get("file_id")
+    if file_id is None:
+        raise missing_param("file_id")
+    if not isinstance(file_id, str):
+        raise invalid_type("file_id", "a string")
+    attributes = validation.metadata_field(data.get("attributes"), "attributes")
+    size, overlap = chunking(data.get("chunking_strategy"))
+    store = await db_async(_store)(request)
+    link, public = await _attach(request, store, file_id, attributes, size, overlap)
+    return json_response(store_file_json(link, store.public_id, public))
+
+
+async def store_files_list(request: ApiRequest) -> Response:
+    def rows() -> list[dict[str, Any]]:
+        store = _store(request)
+        links = VectorStoreFile.objects.filter(collection=store).select_related("file")
+        return [store_file_json(sf, store.public_id, sf.file.public_id) for sf in links]
+
+    return json_response(_page(await db_async(rows)()))
+
+
+def _link(request: ApiRequest) -> tuple[Collection, VectorStoreFile]:
+    store = _store(request)
+    file_id = request.path_params["file_id"]
+    link = (
+        VectorStoreFile.objects.filter(collection=store, file__public_id=file_id)
+        .select_related("file")
+        .first()
+    )
+    if link is None:
+        raise NotFound(f"No file {file_id} in vector store {store.public_id}.", param="file_id")
+    return store, link
+
+
+async def store_file_get(request: ApiRequest) -> Response:
+    store, link = await db_async(_link)(request)
+    return json_response(store_file_json(link, store.public_id, link.file.public_id))
+
+
+async def store_file_delete(request: ApiRequest) -> Response:
+    def remove() -> str:
+        store, link = _link(request)
+        services.vectors_delete(collection=store, ids=None, where={FILE_ID: link.file.public_id})
+        link.delete()
+        return link.file.public_id
+
+    file_id = await db_async(remove)()
+    return json_response({"id": file_id, "object": "vector_store.file.deleted", "deleted": True})
+
+
+def _filters(value: Any) -> dict[str, Any]:
+    """OpenAI's ``filters`` (``eq`` comparisons, alone or under ``and``) as an equality map."""
+    if value is None:
+        return {}
+    if isinstance(value, dict) and value.get("type") == "eq":
+        key, v = value.get("key"), value.get("value")
+        if isinstance(key, str) and isinstance(v, str | int | float | bool):
+            return {key: v}
+    if (
+        isinstance(value, dict)
+        and value.get("type") == "and"
+        and isinstance(value.get("filters"), list)
+    ):
+        out: dict[str, Any] = {}
+        for part in value["filters"]:
+            out.update(_filters(part))
+        return out
+    raise InvalidRequest(
+        "'filters' supports 'eq' comparisons, alone or combined with 'and'.",
+        code="invalid_value",
+        param="filters",
+    )
+
+
+async def store_search(request: ApiRequest) -> Response:
+    data = request.json()
+    metered.reject_unknown(
+        data, {"query", "max_num_results", "filters", "ranking_options", "rewrite_query"}
+    )
+    raw = data.get("query")
+    if raw is None:
+        raise missing_param("query")
+    queries = [raw] if isinstance(raw, str) else raw
+    if not isinstance(queries, list) or not queries or not all(isinstance(q, str) for q in queries):
+        raise invalid_type("query", "a string or an array of strings")
+    text = validation.text_field("\n".join(queries), "query")
+    top_k = validation.top_k_field(data, "max_num_results", 10, MAX_SEARCH_RESULTS)
+    where = _filters(data.get("filters"))
+    store = await db_async(_store)(request)
+    matches, infrai, headers = await search(
+        request, store, vector=None, text=text, top_k=top_k, where=where, model=None,
+        text_param="query",
+    )  # fmt: skip
+    rows = [
+        {
+            "file_id": m.metadata.get(FILE_ID),
+            "filename": m.metadata.get(FILENAME),
+            "score": round(m.score, 6),
+            "attributes": {k: v for k, v in m.metadata.items() if not k.startswith("_")},
+            "content": [{"type": "text", "text": m.text}],
+        }
+        for m in matches
+    ]
+    out = {
+        "object": "vector_store.search_results.page",
+        "search_query": queries,
+        "data": rows,
+        "has_more": False,
+        "next_page": None,
+        "infrai": infrai,
+    }
+    return json_response(out, headers=headers)
+
+
+def register() -> None:
+    """Add the routes (called once by :mod:`vectors.api`)."""
+    upload = "INFRAI_MAX_UPLOAD_BYTES"
+    route("/v1/files", methods={"POST": files_create, "GET": files_list}, body_limit_setting=upload)
+    route("/v1/files/{file_id}", methods={"GET": file_get, "DELETE": file_delete})
+    route("/v1/vector_stores", methods={"POST": stores_create, "GET": stores_list})
+    route(
+        "/v1/vector_stores/{vector_store_id}",
+        methods={"GET": store_get, "POST": store_get, "DELETE": store_delete},
+    )
+    route(
+        "/v1/vector_stores/{vector_store_id}/files",
+        methods={"POST": store_files_create, "GET": store_files_list},
+    )
+    route(
+        "/v1/vector_stores/{vector_store_id}/files/{file_id}",
+        methods={"GET": store_file_get, "DELETE": store_file_delete},
+    )
+    route("/v1/vector_stores/{vector_store_id}/search", methods={"POST": store_search})
