@@ -15,10 +15,11 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 import inference.endpoints  # noqa: E402, F401  (registers the /v1 routes)
+from config.observability import observe_v1  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from inference.http import V1Consumer  # noqa: E402
 
-v1_app = V1Consumer.as_asgi()
+v1_app = observe_v1(V1Consumer.as_asgi())  # request counts, latency, the call's root span
 
 
 async def http_app(scope: dict[str, Any], receive: Any, send: Any) -> None:

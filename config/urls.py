@@ -3,18 +3,15 @@ the management API under ``/v1/organization/``, which is Django REST framework).
 
 from django.contrib import admin
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
-from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 
-
-async def healthz(request: HttpRequest) -> JsonResponse:
-    """Liveness of the web process (an async view: also the benchmark's baseline)."""
-    return JsonResponse({"status": "ok"})
-
+from config.observability.views import healthz, metrics_view, readyz
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz),
+    path("readyz", readyz),
+    path("metrics", metrics_view),
     path("billing/", include("billing.urls")),
     path("v1/organization/", include("management.urls")),
     path("", include("dashboard.urls")),

@@ -239,3 +239,22 @@ WHITENOISE_USE_FINDERS = True  # also serves files not yet collected (no 404 bef
 with contextlib.suppress(OSError):  # WhiteNoise warns at every start when STATIC_ROOT is missing
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 INSTALLED_APPS += ["management"]  # the management API (/v1/organization/…, admin keys)
+
+# --- operations (issue 17; docs/deploy.md) ---
+# Metrics, traces and call logs (config/observability). /metrics answers only this Bearer token
+# (404 when empty). Multiprocess metrics need PROMETHEUS_MULTIPROC_DIR in the environment of
+# every process (prometheus-client reads it at import): scripts/cluster.sh and deploy/systemd.
+INSTALLED_APPS += ["config.observability"]
+INFRAI_METRICS_TOKEN = env("INFRAI_METRICS_TOKEN", default="")
+# Traces are exported over OTLP/HTTP only when this is set (the exporter reads the other OTEL_*).
+OTEL_EXPORTER_OTLP_ENDPOINT = env("OTEL_EXPORTER_OTLP_ENDPOINT", default="")
+OTEL_SERVICE_NAME = env("OTEL_SERVICE_NAME", default="infrai")
+# One line per call on the "infrai.calls" logger: "text" (make run) or "json" (production).
+INFRAI_LOG_FORMAT = env("INFRAI_LOG_FORMAT", default="text")
+LOGGING["formatters"] = {
+    "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    "json": {"()": "config.observability.logs.JsonFormatter"},
+}
+LOGGING["handlers"] = {
+    "console": {"class": "logging.StreamHandler", "formatter": INFRAI_LOG_FORMAT}
+}

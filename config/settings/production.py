@@ -24,9 +24,17 @@ STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET")
 REDIS_URL = env("REDIS_URL")
 EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
 
+# One JSON object per log line (config/observability/logs.py); INFRAI_LOG_FORMAT=text overrides.
+LOGGING["handlers"] = {  # noqa: F405
+    "console": {
+        "class": "logging.StreamHandler",
+        "formatter": env("INFRAI_LOG_FORMAT", default="json"),
+    }
+}
+
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
-SECURE_REDIRECT_EXEMPT = [r"^v1/", r"^healthz$"]
+SECURE_REDIRECT_EXEMPT = [r"^v1/", r"^healthz$", r"^readyz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = True
 SECURE_HSTS_PRELOAD = True

@@ -1,0 +1,20 @@
+"""Starts tracing when the process starts (Django's ``ready``), if OTLP is configured."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.conf import settings
+
+
+class ObservabilityConfig(AppConfig):
+    name = "config.observability"
+    label = "observability"
+    verbose_name = "Observability"
+
+    def ready(self) -> None:
+        from config.observability import tracing
+
+        tracing.configure(
+            otlp_endpoint=settings.OTEL_EXPORTER_OTLP_ENDPOINT,
+            service_name=settings.OTEL_SERVICE_NAME,
+        )
