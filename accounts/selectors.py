@@ -13,6 +13,11 @@ def organizations_for_user(*, user: User) -> QuerySet[Organization]:
     return Organization.objects.filter(memberships__user=user).order_by("name")
 
 
+def organization_get_by_slug(*, slug: str) -> Organization | None:
+    """The organization with ``slug`` or None (no tenancy check: pair it with a role check)."""
+    return Organization.objects.filter(slug=slug).first()
+
+
 def membership_get(*, user: User, organization: Organization) -> Membership | None:
     """``user``'s membership of ``organization`` or None."""
     return Membership.objects.filter(user=user, organization=organization).first()
@@ -28,7 +33,7 @@ def user_has_role(*, user: User, organization: Organization, roles: set[Role]) -
 def projects_for_organization(
     *, organization: Organization, include_archived: bool = False
 ) -> QuerySet[Project]:
-    """The organization's projects, newest first."""
+    """The organization's projects by name (the order of the dashboard's lists and pickers)."""
     qs = Project.objects.filter(organization=organization)
     if not include_archived:
         qs = qs.filter(archived_at__isnull=True)

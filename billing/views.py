@@ -5,19 +5,20 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from accounts.models import Membership, Organization, Role
-from billing.money import usd_to_nanos
+from accounts.models import Role
+from accounts.selectors import organization_get_by_slug, user_has_role
 from billing.services.topups import topup_checkout_start
 from billing.services.webhooks import webhook_receive
 from billing.stripe_gateway import StripeFailure
+from billing.money import usd_to_nanos
 
-_PAYER_ROLES = (Role.OWNER, Role.ADMIN, Role.BILLING)
+_PAYER_ROLES = {Role.OWNER, Role.ADMIN, Role.BILLING}
 
 
 @csrf_exempt
@@ -34,12 +35,10 @@ def stripe_webhook(request: HttpRequest) -> HttpResponse:
 @require_POST
 def topup_start(request: HttpRequest, org_slug: str) -> HttpResponse:
     """Start a Checkout top-up of ``amount_usd`` for an organization the user may pay for."""
-    org = get_object_or_404(Organization, slug=org_slug)
-    if not Membership.objects.filter(
-        user=request.user,  # type: ignore[misc]
-        organization=org,
-        role__in=_PAYER_ROLES,
-    ).exists():
+    org = organization_get_by_slug(slug=org_slug)
+    if org is None:
+        raise Http404("No such organization.")
+    if not user_has_role(user=request.user, organization=org, roles=_PAYER_ROLES):  # type: ignore[arg-type]
         return HttpResponse("You may not add credit to this organization.", status=403)
     try:
         amount_nanos = usd_to_nanos(Decimal(request.POST.get("amount_usd", "").strip()))

@@ -1,7 +1,9 @@
 """The 402 path end to end: the official OpenAI SDK against the live server.
 
-The chat endpoint is built elsewhere; this module registers a small authenticated route that
-opens a hold exactly as the request path does, and counts the requests the server saw.
+A small authenticated route opens a hold exactly as the request path does and counts the
+requests the server saw. It exists only while a test of this module runs (the ``hold_route``
+fixture registers it on a copy of the route table that is put back afterwards), so no other
+test can reach it.
 """
 
 from __future__ import annotations
@@ -9,9 +11,12 @@ from __future__ import annotations
 import openai
 import pytest
 
-from accounts.models import Project
+from accounts.models import ApiKey, Project
 from billing.services import ahold_open, ahold_settle
+from inference import http
 from inference.http import ApiRequest, Response, json_response, route
+
+PATH = "/v1/test-billing/hold"
 
 SEEN: list[str] = []
 
@@ -26,12 +31,18 @@ async def _hold_route(request: ApiRequest) -> Response:
         request_id=request.request_id,
         amount_nanos=2_000_000,
         budget_nanos=ctx.monthly_budget_nanos,
+        key_budget_nanos=ctx.key_budget_nanos,
     )
     charged = await ahold_settle(request_id=request.request_id, actual_nanos=1_000_000)
     return json_response({"object": "test.hold", "charged_nanos": charged})
 
 
-route("/v1/test-billing/hold", methods={"POST": _hold_route})
+@pytest.fixture(autouse=True)
+def hold_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test route, on a copy of the route table that monkeypatch restores after the test."""
+    monkeypatch.setattr(http, "_routes", list(http._routes))
+    route(PATH, methods={"POST": _hold_route})
+    SEEN.clear()
 
 
 def _call(api_base: str, key: str) -> object:
@@ -66,6 +77,26 @@ def test_project_budget_is_402_with_its_own_code(api_base, issue_key):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_key_budget_is_402_with_its_own_code(api_base, issue_key):
+    key = issue_key(org="key-budgeted", project="p", credit_usd="5")
+    ApiKey.objects.filter(project__name="p").update(monthly_budget_nanos=1_000_000)
+    with pytest.raises(openai.APIStatusError) as err:
+        _call(api_base, key)
+    assert err.value.status_code == 402
+    assert err.value.code == "key_budget_exceeded"
+    assert len(SEEN) == 1
+
+
+@pytest.mark.django_db(transaction=True)
 def test_funded_wallet_goes_through(api_base, issue_key):
     key = issue_key(org="funded", credit_usd="1")
     assert _call(api_base, key) == {"object": "test.hold", "charged_nanos": 1_000_000}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unregistered_route_is_404_once_the_table_is_restored(api_base, issue_key, monkeypatch):
+    key = issue_key(org="no-route", credit_usd="1")
+    monkeypatch.undo()  # puts back the production route table, as after every test here
+    with pytest.raises(openai.NotFoundError):
+        _call(api_base, key)
+    assert SEEN == []
