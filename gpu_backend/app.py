@@ -44,6 +44,7 @@ from .endpoints import (
 )
 from .engine import Delta, Event, Finished, GenerationEngine, Sequence
 from .errors import APIError
+from .metrics import CONTENT_TYPE, backend_families, render
 from .multipart import parse_form
 from .speech import Synthesizer
 from .transcription import Transcriber, to_srt, to_verbose_json, to_vtt, usage
@@ -343,6 +344,12 @@ async def stats(request: Request) -> Response:
     return JSONResponse(backend_of(request).stats())
 
 
+async def metrics(request: Request) -> Response:
+    """``GET /metrics``: Prometheus text (readiness, batch size, queue depth, tokens/s)."""
+    text = render(backend_families(backend_of(request)))
+    return Response(text, headers={"Content-Type": CONTENT_TYPE})
+
+
 # --- errors ---------------------------------------------------------------------------------------
 
 
@@ -415,6 +422,7 @@ def create_app(backend: Backend) -> Starlette:
         routes=[
             Route("/health", health, methods=["GET"]),
             Route("/stats", stats, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
             Route("/v1/models", list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),

@@ -329,6 +329,11 @@ class Backend:
             "stats": self.stats(),
         }
 
+    @property
+    def embedding_batcher(self) -> EmbeddingBatcher | None:
+        """The batcher shared by embeddings and moderation, once either has loaded."""
+        return self._batcher
+
     def stats(self) -> dict[str, Any]:
         """Batching counters: generation engine and embedding batcher."""
         return {

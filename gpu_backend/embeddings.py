@@ -111,6 +111,11 @@ class EmbeddingBatcher:
         self._jobs.put(job)
         return job.future
 
+    @property
+    def queue_depth(self) -> int:
+        """Requests queued and not yet taken into a forward pass."""
+        return self._jobs.qsize()
+
     def _run(self) -> None:
         while True:
             first = self._jobs.get()

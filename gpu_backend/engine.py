@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -160,6 +162,35 @@ class EngineStats:
         return dict(self.__dict__)
 
 
+class TokenRate:
+    """Tokens generated per second over the last ``window_s`` seconds.
+
+    The engine thread calls :meth:`add` once per forward pass; any thread may read
+    :meth:`per_second`, which is the tokens of the passes inside the window divided by the
+    window (so it falls to 0 within ``window_s`` of the engine going idle).
+    """
+
+    def __init__(self, window_s: float = 10.0) -> None:
+        self.window_s = window_s
+        self._samples: deque[tuple[float, int]] = deque()
+        self._lock = threading.Lock()
+
+    def add(self, tokens: int, now: float | None = None) -> None:
+        """Record ``tokens`` generated at ``now`` (``time.monotonic()`` by default)."""
+        at = time.monotonic() if now is None else now
+        with self._lock:
+            self._samples.append((at, tokens))
+            while self._samples and self._samples[0][0] < at - self.window_s:
+                self._samples.popleft()
+
+    def per_second(self, now: float | None = None) -> float:
+        """Tokens per second over the window ending at ``now``."""
+        at = time.monotonic() if now is None else now
+        with self._lock:
+            recent = sum(n for t, n in self._samples if t >= at - self.window_s)
+        return recent / self.window_s
+
+
 class _Batch:
     """The running batch: sequences, their shared left-padded KV cache and attention mask."""
 
@@ -239,6 +270,7 @@ class GenerationEngine:
         self.chat = chat
         self.max_batch = max(1, max_batch)
         self.stats = EngineStats()
+        self.rate = TokenRate()
         self._incoming: queue.Queue[Sequence] = queue.Queue()
         self._batch = _Batch()
         self._stopping = threading.Event()
@@ -262,6 +294,16 @@ class GenerationEngine:
     def submit(self, seq: Sequence) -> None:
         """Queue a sequence; it joins the running batch at the next step."""
         self._incoming.put(seq)
+
+    @property
+    def queue_depth(self) -> int:
+        """Sequences submitted and not yet prefilled."""
+        return self._incoming.qsize()
+
+    @property
+    def batch_size(self) -> int:
+        """Sequences in the running batch now."""
+        return len(self._batch.seqs)
 
     # --- engine thread -------------------------------------------------------------------------
 
@@ -335,6 +377,7 @@ class GenerationEngine:
         self.stats.sequences += len(seqs)
         self.stats.max_prefill_size = max(self.stats.max_prefill_size, len(seqs))
         keep = [i for i, seq in enumerate(seqs) if self._accept(seq, out.logits[i, -1])]
+        self.rate.add(len(seqs))
         if not keep:
             return
         index = torch.tensor(keep, dtype=torch.long, device=device)
@@ -389,6 +432,7 @@ class GenerationEngine:
             for i, seq in enumerate(batch.seqs)
             if self._accept(seq, logits[i], TokenChoice(argmax[i]) if plain[i] else None)
         ]
+        self.rate.add(size)
         if len(keep) != size:
             batch.keep(keep)
 
