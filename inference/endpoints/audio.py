@@ -34,12 +34,10 @@ import json
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
 
-from billing.money import nanos_to_usd_str
-from billing.pricing import Usage
 from billing.selectors import wallet_summary
 from catalog.routing import RoutingRequest
 from config.db import db_async
@@ -58,6 +56,8 @@ from inference.models import RequestStatus
 from inference.multipart import Upload
 from inference.pipeline import Call, spawn
 from inference.vendors.base import JSON
+from money.pricing import Usage
+from money.usd import nanos_to_usd_str
 
 SPEECH_ENDPOINT = "audio.speech"
 TRANSCRIPTION_ENDPOINT = "audio.transcriptions"
@@ -497,8 +497,7 @@ async def transcriptions(request: ApiRequest) -> Response:
     )
     await call.hold(worst_case=lambda _candidate: worst)
     file = (parsed.upload.filename, parsed.upload.content, parsed.upload.content_type)
-    # httpx sends a list value as repeated form fields (timestamp_granularities[]).
-    fields = cast(dict[str, str], parsed.fields)
+    fields = parsed.fields
     answer = await metered.call_and_settle(
         call,
         lambda adapter, target, _c: adapter.transcribe(target, fields, file),

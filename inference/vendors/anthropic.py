@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
-from inference.vendors import errors
-from inference.vendors.base import JSON, BinaryResult, VendorTarget
-from inference.vendors.http import client_for, timeout_for
+from inference.vendors import errors, http
+from inference.vendors.base import JSON, VendorTarget
 from inference.vendors.sse import events
 
 API_VERSION = "2023-06-01"
@@ -294,14 +293,12 @@ class AnthropicAdapter:
 
     async def chat(self, target: VendorTarget, payload: JSON) -> JSON:
         self._check(payload, target)
-        client = client_for(target)
         body = to_anthropic(payload, model=target.upstream_model, stream=False)
-        with errors.translate(target.vendor):
-            response = await client.post(
-                "messages", json=body, headers=self._headers(target), timeout=timeout_for(target)
-            )
-        if response.status_code >= 400:
-            self._raise(target, response.status_code, response.text)
+        response = await http.request(
+            target, "POST", "messages", auth=self._headers(target), json_body=body
+        )
+        if response.status >= 400:
+            self._raise(target, response.status, response.text)
         try:
             return from_anthropic(response.json(), model=target.upstream_model)
         except (ValueError, KeyError) as exc:
@@ -311,40 +308,27 @@ class AnthropicAdapter:
 
     async def stream_chat(self, target: VendorTarget, payload: JSON) -> AsyncGenerator[JSON, None]:
         self._check(payload, target)
-        client = client_for(target)
         body = to_anthropic(payload, model=target.upstream_model, stream=True)
-        request = client.build_request(
-            "POST",
-            "messages",
-            json=body,
-            headers=self._headers(target),
-            timeout=timeout_for(target),
-        )
-        with errors.translate(target.vendor):
-            response = await client.send(request, stream=True)
-        try:
-            if response.status_code >= 400:
-                with errors.translate(target.vendor):
-                    text = (await response.aread()).decode(errors="replace")
-                self._raise(target, response.status_code, text)
+        async with http.stream(
+            target, "POST", "messages", auth=self._headers(target), json_body=body
+        ) as response:
+            if response.status >= 400:
+                self._raise(target, response.status, (await response.read()).text)
             translator = StreamTranslator(target.upstream_model)
-            with errors.translate(target.vendor):
-                async for event, data in events(response.aiter_lines()):
-                    try:
-                        parsed = json.loads(data)
-                    except ValueError:
-                        raise errors.VendorProtocolError(
-                            f"{target.vendor} sent a malformed stream event", vendor=target.vendor
-                        ) from None
-                    for chunk in translator.feed(event, parsed):
-                        yield chunk
-                    if parsed.get("type") == "message_stop":
-                        return
+            async for event, data in events(response.lines()):
+                try:
+                    parsed = json.loads(data)
+                except ValueError:
+                    raise errors.VendorProtocolError(
+                        f"{target.vendor} sent a malformed stream event", vendor=target.vendor
+                    ) from None
+                for chunk in translator.feed(event, parsed):
+                    yield chunk
+                if parsed.get("type") == "message_stop":
+                    return
             raise errors.VendorUnavailable(
                 f"{target.vendor} ended the stream before message_stop", vendor=target.vendor
             )
-        finally:
-            await response.aclose()
 
     async def _unsupported(self, target: VendorTarget, what: str) -> Any:
         raise errors.VendorRejected(f"{target.vendor} does not serve {what}", vendor=target.vendor)
@@ -358,25 +342,21 @@ class AnthropicAdapter:
     async def moderate(self, target: VendorTarget, payload: JSON) -> JSON:
         return await self._unsupported(target, "moderations")  # type: ignore[no-any-return]
 
-    async def speech(self, target: VendorTarget, payload: JSON) -> BinaryResult:
-        return await self._unsupported(target, "speech")  # type: ignore[no-any-return]
-
     async def speech_stream(
         self, target: VendorTarget, payload: JSON
     ) -> tuple[str, AsyncGenerator[bytes, None]]:
         return await self._unsupported(target, "speech")  # type: ignore[no-any-return]
 
     async def transcribe(
-        self, target: VendorTarget, fields: dict[str, str], file: tuple[str, bytes, str]
+        self,
+        target: VendorTarget,
+        fields: Mapping[str, str | list[str]],
+        file: tuple[str, bytes, str],
     ) -> JSON | str:
         return await self._unsupported(target, "transcriptions")  # type: ignore[no-any-return]
 
     async def list_models(self, target: VendorTarget) -> list[str]:
-        client = client_for(target)
-        with errors.translate(target.vendor):
-            response = await client.get(
-                "models", headers=self._headers(target), timeout=timeout_for(target)
-            )
-        if response.status_code >= 400:
-            self._raise(target, response.status_code, response.text)
+        response = await http.request(target, "GET", "models", auth=self._headers(target))
+        if response.status >= 400:
+            self._raise(target, response.status, response.text)
         return [m["id"] for m in response.json().get("data", []) if "id" in m]

@@ -6,7 +6,7 @@ both ways with pure functions; the HTTP call is a thin shell around them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -23,14 +23,6 @@ class VendorTarget:
     api_key: str | None = None
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class BinaryResult:
-    """A non-JSON answer (audio)."""
-
-    content: bytes
-    content_type: str
 
 
 class Adapter(Protocol):
@@ -51,8 +43,6 @@ class Adapter(Protocol):
 
     async def moderate(self, target: VendorTarget, payload: JSON) -> JSON: ...
 
-    async def speech(self, target: VendorTarget, payload: JSON) -> BinaryResult: ...
-
     async def speech_stream(
         self, target: VendorTarget, payload: JSON
     ) -> tuple[str, AsyncGenerator[bytes, None]]:
@@ -61,8 +51,14 @@ class Adapter(Protocol):
         ...
 
     async def transcribe(
-        self, target: VendorTarget, fields: dict[str, str], file: tuple[str, bytes, str]
-    ) -> JSON | str: ...
+        self,
+        target: VendorTarget,
+        fields: Mapping[str, str | list[str]],
+        file: tuple[str, bytes, str],
+    ) -> JSON | str:
+        """A transcription of ``file`` (name, bytes, content type); a list in ``fields`` is a
+        repeated form field (``timestamp_granularities[]``)."""
+        ...
 
     async def list_models(self, target: VendorTarget) -> list[str]:
         """The upstream model ids the vendor serves (health probe)."""

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import aiohttp
 import httpx
 
 
@@ -159,14 +160,15 @@ def from_status(
 
 @contextmanager
 def translate(vendor: str) -> Iterator[None]:
-    """Turn httpx exceptions raised inside the block into :class:`VendorError`."""
+    """Turn the HTTP clients' exceptions raised inside the block into :class:`VendorError`
+    (aiohttp for vendor calls, httpx for fetching a vendor's image URL): a timeout is
+    :class:`VendorTimeout`; anything else (refused, reset, malformed HTTP) is
+    :class:`VendorUnavailable`."""
     try:
         yield
-    except httpx.TimeoutException as exc:
+    except (TimeoutError, httpx.TimeoutException) as exc:  # aiohttp's timeouts are TimeoutErrors
         raise VendorTimeout(f"{vendor}: timed out ({type(exc).__name__})", vendor=vendor) from exc
-    except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+    except (aiohttp.ClientError, httpx.HTTPError, ConnectionError) as exc:
         raise VendorUnavailable(
             f"{vendor}: connection failed ({type(exc).__name__})", vendor=vendor
         ) from exc
-    except httpx.HTTPError as exc:
-        raise VendorUnavailable(f"{vendor}: {type(exc).__name__}", vendor=vendor) from exc

@@ -1,43 +1,181 @@
-"""One pooled ``httpx.AsyncClient`` per vendor (per event loop: a pool cannot cross loops)."""
+"""The gateway's HTTP client for vendor calls: one pooled ``aiohttp`` session per event loop.
+
+aiohttp parses HTTP in C; on this path it costs about a fifth of the CPU httpx does per call
+(``docs/performance.md``). Adapters see only this module's small surface — :func:`request`
+for a complete answer, :func:`stream` for one read as it arrives — and every transport failure
+leaves it as a :class:`~inference.vendors.errors.VendorError` (``errors.translate``), never as
+an aiohttp exception.
+
+Timeouts per call (from the target, so settings changes apply at once): ``connect`` to open
+the connection, ``read`` the longest silence between two reads (before the answer, or
+between two chunks of a stream). There is no total timeout: a stream may run as long as the
+vendor keeps sending (``INFRAI_MAX_STREAM_S`` bounds it above this layer).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import weakref
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
 
-import httpx
+import aiohttp
+from aiohttp.http_exceptions import LineTooLong
 
+from inference.vendors import errors
 from inference.vendors.base import VendorTarget
 
-_LIMITS = httpx.Limits(max_connections=200, max_keepalive_connections=50, keepalive_expiry=30)
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, httpx.AsyncClient]] = (
+_USER_AGENT = "infrai-gateway/0.1"
+# The longest stream line we read (a chunk carrying a large tool-call argument); a longer one
+# is a vendor sending garbage.
+_MAX_LINE_BYTES = 4 << 20
+_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def timeout_for(target: VendorTarget) -> httpx.Timeout:
-    """Explicit timeouts of one call: connect, read (the longest silence between two chunks,
-    or before the answer), write, pool."""
-    return httpx.Timeout(
-        connect=target.connect_timeout_s, read=target.read_timeout_s, write=10.0, pool=5.0
+def session() -> aiohttp.ClientSession:
+    """The shared session of the running loop, created on first use (a pool cannot cross
+    loops). Keep-alive connections are pooled per host."""
+    loop = asyncio.get_running_loop()
+    current = _sessions.get(loop)
+    if current is None or current.closed:
+        current = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=200, keepalive_timeout=30),
+            headers={"user-agent": _USER_AGENT},
+            # The Content-Type a vendor declares is trusted as is; no cookies between calls.
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+        _sessions[loop] = current
+    return current
+
+
+def _timeout(target: VendorTarget) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(
+        total=None, sock_connect=target.connect_timeout_s, sock_read=target.read_timeout_s
     )
 
 
-def client_for(target: VendorTarget) -> httpx.AsyncClient:
-    """The shared client for ``target.vendor`` on the running loop, created on first use.
+def _url(target: VendorTarget, path: str) -> str:
+    return target.base_url.rstrip("/") + "/" + path
 
-    Each request passes :func:`timeout_for` its target, so settings changes apply at once.
-    """
-    loop = asyncio.get_running_loop()
-    per_loop = _clients.setdefault(loop, {})
-    key = f"{target.vendor}|{target.base_url}"
-    client = per_loop.get(key)
-    if client is None or client.is_closed:
-        client = httpx.AsyncClient(
-            base_url=target.base_url.rstrip("/") + "/",
-            timeout=timeout_for(target),
-            limits=_LIMITS,
-            headers={"user-agent": "infrai-gateway/0.1"},
+
+def _headers(auth: Mapping[str, str] | None) -> dict[str, str]:
+    return dict(auth or {})
+
+
+@dataclass(frozen=True, slots=True)
+class VendorResponse:
+    """A vendor's complete answer."""
+
+    status: int
+    reason: str
+    headers: Mapping[str, str]
+    body: bytes
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "")
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        """The body parsed as JSON (``ValueError`` when it is not)."""
+        return json.loads(self.body)
+
+
+async def request(
+    target: VendorTarget,
+    method: str,
+    path: str,
+    *,
+    auth: Mapping[str, str] | None = None,
+    json_body: Any = None,
+    form: aiohttp.FormData | None = None,
+) -> VendorResponse:
+    """Send one request to ``target`` (``path`` relative to its base URL) and read the whole
+    answer. Transport failures raise :class:`VendorError`; any HTTP status is returned."""
+    with errors.translate(target.vendor):
+        async with session().request(
+            method,
+            _url(target, path),
+            json=json_body,
+            data=form,
+            headers=_headers(auth),
+            timeout=_timeout(target),
+        ) as response:
+            body = await response.read()
+            return VendorResponse(response.status, response.reason or "", response.headers, body)
+
+
+class VendorStream:
+    """A vendor's answer read as it arrives (inside :func:`stream`)."""
+
+    def __init__(self, target: VendorTarget, response: aiohttp.ClientResponse) -> None:
+        self._vendor = target.vendor
+        self._response = response
+        self.status = response.status
+        self.reason = response.reason or ""
+        self.headers: Mapping[str, str] = response.headers
+
+    async def read(self) -> VendorResponse:
+        """The rest of the body, whole (for an error status)."""
+        with errors.translate(self._vendor):
+            body = await self._response.read()
+        return VendorResponse(self.status, self.reason, self.headers, body)
+
+    async def lines(self) -> AsyncIterator[str]:
+        """The body's lines without their line endings, decoded as UTF-8 (invalid bytes
+        replaced), as the vendor sends them."""
+        content = self._response.content
+        with errors.translate(self._vendor):
+            while True:
+                try:
+                    line = await content.readline(max_line_length=_MAX_LINE_BYTES)
+                except LineTooLong:
+                    raise errors.VendorProtocolError(
+                        f"{self._vendor} sent a stream line over {_MAX_LINE_BYTES} bytes",
+                        vendor=self._vendor,
+                    ) from None
+                if not line:
+                    return
+                yield line.rstrip(b"\r\n").decode("utf-8", "replace")
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body's bytes in the pieces they arrive in."""
+        with errors.translate(self._vendor):
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+
+
+@asynccontextmanager
+async def stream(
+    target: VendorTarget,
+    method: str,
+    path: str,
+    *,
+    auth: Mapping[str, str] | None = None,
+    json_body: Any = None,
+) -> AsyncIterator[VendorStream]:
+    """Send one request and yield its answer unread; leaving the block closes the connection
+    (a vendor still sending is cut off, so an abandoned stream stops costing)."""
+    with errors.translate(target.vendor):
+        response = await session().request(
+            method,
+            _url(target, path),
+            json=json_body,
+            headers=_headers(auth),
+            timeout=_timeout(target),
         )
-        per_loop[key] = client
-    return client
+    try:
+        yield VendorStream(target, response)
+    finally:
+        if response.content.at_eof():
+            response.release()  # read to the end: the connection is reused
+        else:
+            response.close()

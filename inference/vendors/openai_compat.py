@@ -3,37 +3,36 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
-import httpx
+import aiohttp
 
-from inference.vendors import errors
-from inference.vendors.base import JSON, BinaryResult, VendorTarget
-from inference.vendors.http import client_for, timeout_for
+from inference.vendors import errors, http
+from inference.vendors.base import JSON, VendorTarget
 from inference.vendors.sse import events
 
 
-def _headers(target: VendorTarget) -> dict[str, str]:
+def _auth(target: VendorTarget) -> dict[str, str]:
     return {"authorization": f"Bearer {target.api_key}"} if target.api_key else {}
 
 
-def _error(response: httpx.Response) -> tuple[str, str | None, str | None]:
+def _error(response: http.VendorResponse) -> tuple[str, str | None, str | None]:
     """The vendor's own error message, code and param, if its body has them (never our request
     or key); see :func:`errors.error_fields`."""
     try:
         message, code, param = errors.error_fields(response.json())
     except ValueError:
         message, code, param = "", None, None
-    return str(message or response.reason_phrase or "error")[:500], code, param
+    return str(message or response.reason or "error")[:500], code, param
 
 
-def _raise_for_status(target: VendorTarget, response: httpx.Response) -> None:
-    if response.status_code >= 400:
+def _raise_for_status(target: VendorTarget, response: http.VendorResponse) -> None:
+    if response.status >= 400:
         message, code, param = _error(response)
         raise errors.from_status(
-            response.status_code,
-            f"{target.vendor} returned {response.status_code}: {message}",
+            response.status,
+            f"{target.vendor} returned {response.status}: {message}",
             vendor=target.vendor,
             code=code,
             param=param,
@@ -51,7 +50,7 @@ def chat_payload(target: VendorTarget, payload: JSON, *, stream: bool) -> JSON:
     return body
 
 
-def _json(target: VendorTarget, response: httpx.Response) -> Any:
+def _json(target: VendorTarget, response: http.VendorResponse) -> Any:
     try:
         return response.json()
     except ValueError:
@@ -64,11 +63,7 @@ class OpenAICompatibleAdapter:
     """Adapter for any server that speaks OpenAI's HTTP API."""
 
     async def _post_json(self, target: VendorTarget, path: str, body: JSON) -> Any:
-        client = client_for(target)
-        with errors.translate(target.vendor):
-            response = await client.post(
-                path, json=body, headers=_headers(target), timeout=timeout_for(target)
-            )
+        response = await http.request(target, "POST", path, auth=_auth(target), json_body=body)
         _raise_for_status(target, response)
         return _json(target, response)
 
@@ -83,42 +78,33 @@ class OpenAICompatibleAdapter:
         return body
 
     async def stream_chat(self, target: VendorTarget, payload: JSON) -> AsyncGenerator[JSON, None]:
-        client = client_for(target)
-        request = client.build_request(
+        async with http.stream(
+            target,
             "POST",
             "chat/completions",
-            json=chat_payload(target, payload, stream=True),
-            headers=_headers(target),
-            timeout=timeout_for(target),
-        )
-        with errors.translate(target.vendor):
-            response = await client.send(request, stream=True)
-        try:
-            if response.status_code >= 400:
-                with errors.translate(target.vendor):
-                    await response.aread()
-                _raise_for_status(target, response)
-            with errors.translate(target.vendor):
-                async for _event, data in events(response.aiter_lines()):
-                    if data.strip() == "[DONE]":
-                        return
-                    try:
-                        chunk = json.loads(data)
-                    except ValueError:
-                        raise errors.VendorProtocolError(
-                            f"{target.vendor} sent a malformed stream event", vendor=target.vendor
-                        ) from None
-                    if isinstance(chunk, dict) and "error" in chunk:
-                        message = str(chunk["error"].get("message", "stream error"))[:500]
-                        raise errors.VendorServerError(
-                            f"{target.vendor}: {message}", vendor=target.vendor
-                        )
-                    yield chunk
+            auth=_auth(target),
+            json_body=chat_payload(target, payload, stream=True),
+        ) as response:
+            if response.status >= 400:
+                _raise_for_status(target, await response.read())
+            async for _event, data in events(response.lines()):
+                if data.strip() == "[DONE]":
+                    return
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    raise errors.VendorProtocolError(
+                        f"{target.vendor} sent a malformed stream event", vendor=target.vendor
+                    ) from None
+                if isinstance(chunk, dict) and "error" in chunk:
+                    message = str(chunk["error"].get("message", "stream error"))[:500]
+                    raise errors.VendorServerError(
+                        f"{target.vendor}: {message}", vendor=target.vendor
+                    )
+                yield chunk
             raise errors.VendorUnavailable(
                 f"{target.vendor} ended the stream without [DONE]", vendor=target.vendor
             )
-        finally:
-            await response.aclose()
 
     async def embed(self, target: VendorTarget, payload: JSON) -> JSON:
         return await self._post_json(
@@ -135,73 +121,55 @@ class OpenAICompatibleAdapter:
             target, "moderations", {**payload, "model": target.upstream_model}
         )
 
-    async def speech(self, target: VendorTarget, payload: JSON) -> BinaryResult:
-        client = client_for(target)
-        body = {**payload, "model": target.upstream_model}
-        with errors.translate(target.vendor):
-            response = await client.post(
-                "audio/speech", json=body, headers=_headers(target), timeout=timeout_for(target)
-            )
-        _raise_for_status(target, response)
-        return BinaryResult(
-            response.content, response.headers.get("content-type", "application/octet-stream")
-        )
-
     async def speech_stream(
         self, target: VendorTarget, payload: JSON
     ) -> tuple[str, AsyncGenerator[bytes, None]]:
-        client = client_for(target)
-        request = client.build_request(
+        opened = http.stream(
+            target,
             "POST",
             "audio/speech",
-            json={**payload, "model": target.upstream_model},
-            headers=_headers(target),
-            timeout=timeout_for(target),
+            auth=_auth(target),
+            json_body={**payload, "model": target.upstream_model},
         )
-        with errors.translate(target.vendor):
-            response = await client.send(request, stream=True)
-        if response.status_code >= 400:
+        response = await opened.__aenter__()
+        if response.status >= 400:
             try:
-                with errors.translate(target.vendor):
-                    await response.aread()
-                _raise_for_status(target, response)
+                _raise_for_status(target, await response.read())
             finally:
-                await response.aclose()
+                await opened.__aexit__(None, None, None)
 
         async def chunks() -> AsyncGenerator[bytes, None]:
             try:
-                with errors.translate(target.vendor):
-                    async for chunk in response.aiter_bytes():
-                        yield chunk
+                async for chunk in response.chunks():
+                    yield chunk
             finally:
-                await response.aclose()
+                await opened.__aexit__(None, None, None)
 
         return response.headers.get("content-type", "application/octet-stream"), chunks()
 
     async def transcribe(
-        self, target: VendorTarget, fields: dict[str, str], file: tuple[str, bytes, str]
+        self,
+        target: VendorTarget,
+        fields: Mapping[str, str | list[str]],
+        file: tuple[str, bytes, str],
     ) -> JSON | str:
-        client = client_for(target)
-        data = {**fields, "model": target.upstream_model}
-        with errors.translate(target.vendor):
-            response = await client.post(
-                "audio/transcriptions",
-                data=data,
-                files={"file": file},
-                headers=_headers(target),
-                timeout=timeout_for(target),
-            )
+        form = aiohttp.FormData()
+        for name, value in {**fields, "model": target.upstream_model}.items():
+            # A list is a repeated field (timestamp_granularities[]).
+            for item in value if isinstance(value, list) else [value]:
+                form.add_field(name, item)
+        filename, content, content_type = file
+        form.add_field("file", content, filename=filename, content_type=content_type)
+        response = await http.request(
+            target, "POST", "audio/transcriptions", auth=_auth(target), form=form
+        )
         _raise_for_status(target, response)
-        if response.headers.get("content-type", "").startswith("application/json"):
+        if response.content_type.startswith("application/json"):
             return _json(target, response)  # type: ignore[no-any-return]
         return response.text
 
     async def list_models(self, target: VendorTarget) -> list[str]:
-        client = client_for(target)
-        with errors.translate(target.vendor):
-            response = await client.get(
-                "models", headers=_headers(target), timeout=timeout_for(target)
-            )
+        response = await http.request(target, "GET", "models", auth=_auth(target))
         _raise_for_status(target, response)
         body = _json(target, response)
         return [m["id"] for m in body.get("data", []) if isinstance(m, dict) and "id" in m]

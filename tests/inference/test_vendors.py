@@ -1,14 +1,15 @@
-"""Adapters as pure wire-format mappings, over httpx's MockTransport (no server needed)."""
+"""Adapters as wire-format mappings, against a real HTTP server on 127.0.0.1."""
 
 from __future__ import annotations
 
-import json
+import asyncio
+import dataclasses
+import socket
 
-import httpx
 import pytest
-from asgiref.sync import async_to_sync
+from aiohttp import web
 
-from inference.vendors import anthropic, errors, http
+from inference.vendors import anthropic, errors
 from inference.vendors.base import VendorTarget
 from inference.vendors.openai_compat import OpenAICompatibleAdapter
 
@@ -34,48 +35,75 @@ def test_vendor_statuses_map_to_retryable_or_not(status, kind, retryable):
     assert isinstance(err, kind) and err.retryable is retryable
 
 
-def _with_transport(monkeypatch, handler):
-    client = httpx.AsyncClient(
-        base_url=TARGET.base_url + "/", transport=httpx.MockTransport(handler)
-    )
-    monkeypatch.setattr(http, "client_for", lambda target: client)
-    import inference.vendors.openai_compat as oc
+async def _against(handler, call):
+    """Run ``call(target)`` against a real HTTP server on 127.0.0.1 answering with ``handler``."""
+    app = web.Application()
+    app.router.add_route("*", "/v1/{path:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        return await call(dataclasses.replace(TARGET, base_url=f"http://127.0.0.1:{port}/v1"))
+    finally:
+        await runner.cleanup()
 
-    monkeypatch.setattr(oc, "client_for", lambda target: client)
 
-
-def test_openai_adapter_sends_the_upstream_model_and_the_key(monkeypatch):
+def test_openai_adapter_sends_the_upstream_model_and_the_key():
     seen = {}
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen["body"] = json.loads(request.content)
+    async def handler(request: web.Request) -> web.Response:
+        seen["path"] = request.path
+        seen["body"] = await request.json()
         seen["auth"] = request.headers["authorization"]
-        return httpx.Response(
-            200, json={"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": 1}}
+        return web.json_response(
+            {"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": 1}}
         )
 
-    _with_transport(monkeypatch, handler)
-    body = async_to_sync(OpenAICompatibleAdapter().chat)(
-        TARGET, {"model": "canonical", "messages": [], "stream_options": {"include_usage": True}}
+    body = asyncio.run(
+        _against(
+            handler,
+            lambda target: OpenAICompatibleAdapter().chat(
+                target,
+                {"model": "canonical", "messages": [], "stream_options": {"include_usage": True}},
+            ),
+        )
     )
     assert body["choices"][0]["message"]["content"] == "ok"
+    assert seen["path"] == "/v1/chat/completions"
     assert seen["body"]["model"] == "up" and "stream_options" not in seen["body"]
     assert seen["auth"] == "Bearer sk-x"
 
 
-def test_openai_adapter_translates_errors_and_transport_failures(monkeypatch):
-    _with_transport(
-        monkeypatch, lambda r: httpx.Response(400, json={"error": {"message": "bad thing"}})
-    )
+def test_openai_adapter_translates_errors_and_transport_failures():
+    async def bad(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "bad thing"}}, status=400)
+
     with pytest.raises(errors.VendorRejected, match="bad thing"):
-        async_to_sync(OpenAICompatibleAdapter().chat)(TARGET, {"messages": []})
+        asyncio.run(_against(bad, lambda t: OpenAICompatibleAdapter().chat(t, {"messages": []})))
 
-    def boom(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("refused")
-
-    _with_transport(monkeypatch, boom)
+    with socket.socket() as sock:  # a port nobody listens on: connection refused
+        sock.bind(("127.0.0.1", 0))
+        closed = dataclasses.replace(
+            TARGET, base_url=f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        )
     with pytest.raises(errors.VendorUnavailable):
-        async_to_sync(OpenAICompatibleAdapter().chat)(TARGET, {"messages": []})
+        asyncio.run(OpenAICompatibleAdapter().chat(closed, {"messages": []}))
+
+
+def test_a_stream_line_beyond_the_read_buffer_is_a_protocol_error_not_a_crash():
+    async def huge(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"data: " + b"x" * (5 << 20) + b"\n\n")
+        return response
+
+    async def drain(target):
+        return [c async for c in OpenAICompatibleAdapter().stream_chat(target, {"messages": []})]
+
+    with pytest.raises(errors.VendorProtocolError):
+        asyncio.run(_against(huge, drain))
 
 
 def test_openai_to_anthropic_request_mapping():
