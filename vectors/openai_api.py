@@ -3,17 +3,19 @@
 So that ``client.files.create(purpose="assistants")``, ``client.vector_stores.create()``,
 ``client.vector_stores.files.create()`` and ``client.vector_stores.search()`` of the official
 SDKs work, with OpenAI's response shapes. A vector store is a collection named by its id
-(``vs_…``). Attaching a file chunks its text with OpenAI's static strategy (default 800 tokens,
-400 overlap, in cl100k tokens), embeds the chunks through ``/v1/embeddings`` (billed there) and
-writes them as vectors ``<file id>#<n>`` whose metadata are the file's ``attributes`` plus
+(``vs_…``). Attaching a file chunks its text (paragraphs packed whole up to the chunk size,
+longer ones cut with OpenAI's static strategy: default 800 tokens, 400 overlap, in cl100k
+tokens), embeds the chunks through ``/v1/embeddings`` (billed there) and writes them as
+vectors ``<file id>#<n>`` whose metadata are the file's ``attributes`` plus
 ``_file_id`` / ``_filename``. The work is done before the answer, so the file comes back
 ``completed`` (or ``failed`` with ``last_error`` for a file that is not UTF-8 text). A search
-is a billed query (:func:`vectors.api.search`).
+is a billed query (:func:`vectors.flows.search`).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import tiktoken
@@ -45,19 +47,45 @@ def _encoding() -> tiktoken.Encoding:
     return tiktoken.get_encoding(tokens.ENCODING)
 
 
-def chunk_text(text: str, *, max_tokens: int, overlap: int) -> list[str]:
-    """``text`` cut into windows of ``max_tokens`` cl100k tokens, each starting
-    ``max_tokens - overlap`` tokens after the previous one (OpenAI's static chunking)."""
-    ids = _encoding().encode(text, disallowed_special=())
+def _windows(ids: list[int], max_tokens: int, overlap: int) -> list[list[int]]:
+    """Token windows of ``max_tokens``, each ``max_tokens - overlap`` after the previous."""
     step = max_tokens - overlap
-    chunks = []
-    for start in range(0, max(len(ids), 1), step):
-        piece = _encoding().decode(ids[start : start + max_tokens]).strip()
-        if piece:
-            chunks.append(piece)
+    out = []
+    for start in range(0, len(ids), step):
+        out.append(ids[start : start + max_tokens])
         if start + max_tokens >= len(ids):
             break
-    return chunks
+    return out
+
+
+def chunk_text(text: str, *, max_tokens: int, overlap: int) -> list[str]:
+    """``text`` as chunks of at most ``max_tokens`` cl100k tokens.
+
+    Paragraphs (split on blank lines) are packed whole into chunks while they fit, so a chunk
+    does not cut a paragraph it could hold; a paragraph longer than ``max_tokens`` is cut into
+    windows that overlap by ``overlap`` tokens (OpenAI's static strategy).
+    """
+    enc = _encoding()
+    chunks: list[str] = []
+    pending: list[int] = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        ids = enc.encode(paragraph.strip(), disallowed_special=())
+        if not ids:
+            continue
+        joined = pending + enc.encode("\n\n") + ids if pending else ids
+        if len(joined) <= max_tokens:
+            pending = joined
+            continue
+        if pending:
+            chunks.append(enc.decode(pending))
+            pending = []
+        if len(ids) <= max_tokens:
+            pending = ids
+            continue
+        chunks.extend(enc.decode(w) for w in _windows(ids, max_tokens, overlap))
+    if pending:
+        chunks.append(enc.decode(pending))
+    return [c.strip() for c in chunks if c.strip()]
 
 
 def chunking(value: Any) -> tuple[int, int]:

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from django.conf import settings
-from django.utils.module_loading import import_string
 
 Metadata = dict[str, Any]
 
@@ -102,21 +101,26 @@ class VectorStore(Protocol):
         ...
 
 
+ENGINES = ("embedded", "pgvector")
+
+
 @functools.cache
-def _engine(path: str) -> VectorStore:
-    engine: VectorStore = import_string(path)()
-    return engine
+def _engine(name: str, pg_url: str) -> VectorStore:
+    if name == "pgvector":
+        from vectors.engines.pgvector import PgVectorStore
 
+        return PgVectorStore(url=pg_url)
+    from vectors.engines.embedded import EmbeddedStore
 
-ENGINES = {
-    "embedded": "vectors.engines.embedded.EmbeddedStore",
-    "pgvector": "vectors.engines.pgvector.PgVectorStore",
-}
+    return EmbeddedStore()
 
 
 def store_for(name: str) -> VectorStore:
-    """The engine named ``name`` (a collection keeps the engine it was created on)."""
-    return _engine(ENGINES[name])
+    """The engine named ``name`` (a collection keeps the engine it was created on); one
+    instance per process and pgvector database."""
+    if name not in ENGINES:
+        raise ValueError(f"unknown vector engine {name!r}")
+    return _engine(name, str(settings.INFRAI_VECTOR_PG_URL))
 
 
 def default_engine() -> str:

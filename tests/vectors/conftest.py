@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import tempfile
 from collections.abc import Iterator
 from importlib import import_module
 from typing import Any
@@ -107,3 +108,21 @@ def words(
     # transactional_db empties every table between tests: put the seeded price back.
     import_module("vectors.migrations.0002_seed_price").seed(django_apps, None)
     return _word_server
+
+
+@pytest.fixture(scope="session")
+def pgvector_url() -> Iterator[str]:
+    """A PostgreSQL with pgvector of its own (pgserver); skipped only if it cannot start."""
+    try:
+        import pgserver
+    except ImportError:
+        pytest.skip("pgserver is not installed (pip install -e .[dev])")
+    with tempfile.TemporaryDirectory(prefix="infrai-pgvector-") as data:
+        try:
+            server = pgserver.get_server(data, cleanup_mode="stop")
+        except Exception as exc:  # pragma: no cover - depends on the machine
+            pytest.skip(f"pgserver could not start a PostgreSQL here: {exc}")
+        try:
+            yield server.get_uri()
+        finally:
+            server.cleanup()

@@ -200,3 +200,25 @@ def test_storage_is_charged_per_gb_day_through_the_wallet(issue_key, client_for)
     # The next run right after has (almost) nothing new to charge: no double charge.
     assert storage_meter() == 0
     assert StorageCharge.objects.count() == 1
+
+
+def test_the_same_calls_work_on_the_pgvector_engine(issue_key, client_for, settings, pgvector_url):
+    settings.INFRAI_VECTOR_ENGINE = "pgvector"
+    settings.INFRAI_VECTOR_PG_URL = pgvector_url
+    client = client_for(issue_key())
+    post(client, "/vector/upsert", {
+        "collection": "pg",
+        "ids": ["mars", "tea"],
+        "texts": ["Mars is the red planet.", "Green tea is brewed from leaves."],
+        "metadata": [{"topic": "space"}, {"topic": "food"}],
+    })  # fmt: skip
+    assert Collection.objects.get(name="pg").engine == "pgvector"
+    assert not VectorItem.objects.exists()  # the vectors live in the pgvector database
+    found = post(client, "/vector/query", {"collection": "pg", "text": "the red planet"})
+    assert found["data"][0]["id"] == "mars"
+    food = post(
+        client, "/vector/query", {"collection": "pg", "text": "red", "filter": {"topic": "food"}}
+    )
+    assert [m["id"] for m in food["data"]] == ["tea"]
+    assert entries(found["infrai"]["request_id"]) == [-QUERY_NANOS]
+    client.delete("/vector/collections/pg", cast_to=object)

@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from django.conf import settings
 from django.db import connection
 
 from vectors.store import Item, Match, Stats
@@ -53,8 +52,8 @@ def index_name(collection_id: int) -> str:
 class PgVectorStore:
     """:class:`~vectors.store.VectorStore` on PostgreSQL with pgvector."""
 
-    def __init__(self, url: str | None = None) -> None:
-        self._url = settings.INFRAI_VECTOR_PG_URL if url is None else url
+    def __init__(self, url: str) -> None:
+        self._url = url
         self._local = threading.local()
         self._ready = False
         self._iterative = False
