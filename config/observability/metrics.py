@@ -98,8 +98,11 @@ def endpoint_label(path: str, status: int) -> str:
     anything answered 404 or 405 collapsed to ``other`` (random paths must not add series)."""
     if status in (404, 405):
         return "other"
-    parts = [p if _ENDPOINT_WORD.match(p) and len(p) <= 24 else "{id}" for p in path.split("/")]
-    return "/".join(parts[:5])
+    parts = [
+        p if p in ("", "v1") or (_ENDPOINT_WORD.match(p) and len(p) <= 24) else "{id}"
+        for p in path.split("/")
+    ]
+    return "/".join(parts[:6])
 
 
 # --- scrape time --------------------------------------------------------------------------------
