@@ -8,6 +8,7 @@ from drf_spectacular.views import SpectacularJSONAPIView
 from rest_framework.permissions import AllowAny
 
 from config.errors import NotFound
+from management import schema
 
 
 def not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
@@ -17,21 +18,14 @@ def not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
 
 
 class OpenApiDocument(SpectacularJSONAPIView):
-    """The management API's OpenAPI document, generated from the DRF views (public)."""
+    """The management API's OpenAPI document alone, generated from the DRF views (public; also
+    merged into ``/v1/openapi.json``)."""
 
     authentication_classes: list[type] = []
     permission_classes = [AllowAny]
-    urlconf = "management.resource_urls"
+    urlconf = schema.URLCONF
     serve_public = True
-    custom_settings = {
-        "TITLE": "infrai management API",
-        "DESCRIPTION": "Projects, API keys, members, usage, costs, request log, wallet and "
-        "models of one organization, with an admin key (docs/management_api.md).",
-        "VERSION": "1",
-        "SERVERS": [{"url": "/v1/organization"}],
-        "SCHEMA_PATH_PREFIX": "",
-        "COMPONENT_SPLIT_REQUEST": True,
-    }
+    custom_settings = schema.SETTINGS
 
 
 urlpatterns = [

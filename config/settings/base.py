@@ -229,6 +229,9 @@ AXES_VERBOSE = False
 INFRAI_STARTER_CREDIT_USD = env.str("INFRAI_STARTER_CREDIT_USD", default="0.50")
 # Called with (organization=, owner=) inside organization_create's transaction: opens the wallet.
 INFRAI_ORGANIZATION_OPENED_HOOK = "billing.services.starter.organization_opened"
+# Functions returning {"paths", "components"} that GET /v1/openapi.json adds to the inference
+# endpoints' document (inference/endpoints/openapi.py); a setting so inference imports no app above.
+INFRAI_OPENAPI_PARTS = ["management.schema.openapi_part"]
 # Static files served by the app itself (WhiteNoise, right after SecurityMiddleware), compressed
 # from STATIC_ROOT (`manage.py collectstatic`) and, failing that, from the apps' static folders.
 MIDDLEWARE.insert(

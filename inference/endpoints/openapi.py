@@ -1,18 +1,24 @@
 """``GET /v1/openapi.json`` (public): the OpenAPI 3.1 document of the ``/v1`` surface.
 
-The document is kept as data in ``inference/openapi.yaml`` (request schemas as the validators
-accept them, the OpenAI error shape as every error response); it is read and rendered to JSON
-once per process. ``tests/test_fuzz_v1.py`` fuzzes the live app from it.
+The inference part is kept as data in ``inference/openapi.yaml`` (request schemas as the
+validators accept them, the OpenAI error shape as every error response): :func:`document`.
+The served document adds the parts named in ``settings.INFRAI_OPENAPI_PARTS`` (the management
+API's, generated from its DRF views, under ``/organization/…``): :func:`served_document`,
+built and rendered once per process. ``tests/test_fuzz_v1.py`` fuzzes the live app from it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import functools
 import json
 from pathlib import Path
 from typing import Any
 
 import yaml
+from django.conf import settings
+from django.utils.module_loading import import_string
 
 from inference.http import ApiRequest, Response, route
 
@@ -27,14 +33,40 @@ def document() -> dict[str, Any]:
     return data
 
 
+def merged(base: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``part``'s ``paths`` and ``components`` added (a new dict). A path or a
+    component name both define is a ``ValueError``: one would silently hide the other."""
+    out = copy.deepcopy(base)
+    clash = set(out["paths"]) & set(part.get("paths", {}))
+    for kind, entries in part.get("components", {}).items():
+        mine = out.setdefault("components", {}).setdefault(kind, {})
+        clash |= {f"components/{kind}/{name}" for name in set(mine) & set(entries)}
+        mine.update(entries)
+    if clash:
+        raise ValueError(f"OpenAPI parts define the same names: {sorted(clash)}")
+    out["paths"].update(part.get("paths", {}))
+    return out
+
+
+@functools.cache
+def served_document() -> dict[str, Any]:
+    """:func:`document` with every part of ``settings.INFRAI_OPENAPI_PARTS`` merged in."""
+    out = document()
+    for dotted in settings.INFRAI_OPENAPI_PARTS:
+        out = merged(out, import_string(dotted)())
+    return out
+
+
 @functools.cache
 def _rendered() -> bytes:
-    return json.dumps(document(), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return json.dumps(served_document(), separators=(",", ":"), ensure_ascii=False).encode()
 
 
 async def openapi_document(request: ApiRequest) -> Response:
-    """The document as JSON (no key needed; it describes only what is public anyway)."""
-    return Response(_rendered(), headers={"cache-control": "public, max-age=300"})
+    """The document as JSON (no key needed; it describes only what is public anyway). The
+    first call builds it in a worker thread (the generated parts take a fraction of a second)."""
+    body = await asyncio.to_thread(_rendered)
+    return Response(body, headers={"cache-control": "public, max-age=300"})
 
 
 route("/v1/openapi.json", methods={"GET": openapi_document}, authenticated=False)
