@@ -13,8 +13,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from billing.models import Hold, LedgerEntry, ProjectSpend, StripeEvent, TopUp, Wallet
-from billing.money import nanos_to_usd_str, usd_to_nanos
 from billing.services.wallet import wallet_adjust
+from money.usd import nanos_to_usd_str, usd_to_nanos
 
 
 class AdjustForm(forms.Form):

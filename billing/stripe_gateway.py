@@ -1,7 +1,7 @@
 """The one module that talks to Stripe (API version pinned below).
 
 Everything Stripe-shaped stops here: callers pass and get nano-USD and plain values; the
-cents ↔ nano-USD conversion for Stripe is done here (with :mod:`billing.money`). Stripe errors
+cents ↔ nano-USD conversion for Stripe is done here (with :mod:`money.usd`). Stripe errors
 are translated into :class:`StripeFailure` at this boundary. ``settings.STRIPE_API_BASE``
 points the client at another server (``localstripe`` in tests).
 """
@@ -16,7 +16,7 @@ from typing import Any
 import stripe
 from django.conf import settings
 
-from billing.money import cents_to_nanos, nanos_to_cents
+from money.usd import cents_to_nanos, nanos_to_cents
 
 # The version the installed stripe-python (16.x) is generated for; changing it is a reviewed
 # change (payload shapes differ between versions).

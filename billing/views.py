@@ -16,7 +16,7 @@ from accounts.selectors import organization_get_by_slug, user_has_role
 from billing.services.topups import topup_checkout_start
 from billing.services.webhooks import webhook_receive
 from billing.stripe_gateway import StripeFailure
-from billing.money import usd_to_nanos
+from money.usd import usd_to_nanos
 
 _PAYER_ROLES = {Role.OWNER, Role.ADMIN, Role.BILLING}
 

@@ -41,7 +41,7 @@ from django.apps.registry import Apps
 from django.db import transaction
 from django.utils import timezone
 
-from billing.money import nanos_to_usd_str, usd_to_nanos
+from money.usd import nanos_to_usd_str, usd_to_nanos
 
 SEED_PATH = Path(__file__).resolve().parent / "seed" / "catalog.yaml"
 

@@ -9,7 +9,7 @@ Modes (the ``model`` field): ``auto`` (= ``prefer`` from ``extra_body``, default
 ``cheapest``, ``smartest``; anything else pins a model (``gpt-4o-mini``) or a vendor and model
 (``dashscope/qwen-plus``). Ordering rules, per ``prefer``:
 
-- ``cheapest``: lowest expected cost (``billing.pricing.cost_nanos`` of the expected usage at
+- ``cheapest``: lowest expected cost (``money.pricing.cost_nanos`` of the expected usage at
   the price in force), then higher quality, priority, model id, vendor name.
 - ``smartest``: highest quality tier, then lowest cost, priority, model id, vendor name.
 - ``fastest``: lowest recent latency (unknown last), then lowest cost, higher quality, ids.
@@ -42,20 +42,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from billing.money import nanos_to_usd_str
-from billing.pricing import Usage, cost_nanos
 from catalog.types import (
     CatalogSnapshot,
     CircuitState,
     ModelView,
     OfferingView,
     ParamRule,
-    PriceSnapshot,
     Support,
     VendorHealth,
     largest,
 )
 from config.errors import InvalidRequest, NoRoutableOffering, NotFound
+from money.pricing import PriceSnapshot, Usage, cost_nanos
+from money.usd import nanos_to_usd_str
 
 ROUTING_MODES = ("auto", "cheapest", "smartest")
 PREFERENCES = ("balanced", "cheapest", "smartest", "fastest")

@@ -28,13 +28,13 @@ from catalog.types import (
     ModelView,
     OfferingView,
     ParamRule,
-    PriceSnapshot,
     Support,
     VendorHealth,
     VendorView,
 )
 from config import fastcache
 from config.db import db_async
+from money.pricing import PriceSnapshot
 
 VERSION_KEY = "catalog:version"
 _VERSION_TTL_S = None  # forever

@@ -12,10 +12,10 @@ import io
 from collections.abc import Iterator
 from datetime import date, datetime
 
-from billing.money import nanos_to_usd_str
 from dashboard import selectors
 from dashboard.selectors import Dimension, LogFilters, UsageRow
 from dashboard.statements import csv_text
+from money.usd import nanos_to_usd_str
 
 PAGE = 1000
 MAX_ROWS = 100_000

@@ -12,7 +12,7 @@ from django.contrib.auth import password_validation
 from django.utils import timezone
 
 from accounts.models import Project, Role, User
-from billing.money import usd_to_nanos
+from money.usd import usd_to_nanos
 
 MAX_BUDGET_USD = Decimal("1000000")
 

@@ -18,8 +18,8 @@ from reportlab.lib.styles import getSampleStyleSheet
 from reportlab.lib.units import mm
 from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
-from billing.money import nanos_to_usd_str
 from dashboard.billing_reads import Statement
+from money.usd import nanos_to_usd_str
 
 
 def statement_csv(statement: Statement) -> str:

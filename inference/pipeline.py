@@ -30,8 +30,6 @@ from django.conf import settings
 from django.db import transaction
 
 from accounts.auth import KeyContext
-from billing.money import nanos_to_usd_str
-from billing.pricing import Usage, cost_nanos
 from billing.services import ahold_open, aholds_renew, hold_settle
 from catalog import health
 from catalog.routing import Candidate, RoutingDecision, RoutingRequest
@@ -53,6 +51,8 @@ from inference.http import ApiRequest, on_unlogged_failure
 from inference.models import RequestLog, RequestStatus
 from inference.vendors import Adapter, VendorTarget, adapter_for
 from inference.vendors.errors import VendorError, VendorLoading, VendorRejected, VendorTimeout
+from money.pricing import Usage, cost_nanos
+from money.usd import nanos_to_usd_str
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

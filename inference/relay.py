@@ -32,10 +32,10 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from billing.pricing import Usage
 from inference.models import RequestStatus
 from inference.pipeline import Call
 from inference.vendors.errors import VendorError
+from money.pricing import Usage
 
 
 class Outcome(enum.Enum):

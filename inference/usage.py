@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from billing.pricing import Usage
+from money.pricing import Usage
 
 # More tokens than any model's context window by orders of magnitude: a count above this is
 # garbage, and it would overflow the request log's integer columns.

@@ -12,9 +12,9 @@ from typing import Any
 
 from accounts.models import ApiKey, Invitation, Membership, Project
 from billing.models import LedgerEntry
-from billing.money import nanos_to_usd_str
 from inference.models import RequestLog
 from management.models import AdminKey
+from money.usd import nanos_to_usd_str
 
 
 def ts(value: datetime | None) -> int | None:

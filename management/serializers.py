@@ -12,7 +12,7 @@ from typing import Any
 from rest_framework import serializers
 
 from accounts.models import Role
-from billing.money import usd_to_nanos
+from money.usd import usd_to_nanos
 
 
 class UsdField(serializers.DecimalField):

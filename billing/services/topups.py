@@ -10,8 +10,8 @@ from django.db import transaction
 from accounts.models import Organization, User
 from billing import stripe_gateway
 from billing.models import TopUp, Wallet
-from billing.money import NANOS_PER_CENT, NANOS_PER_USD, nanos_to_usd_str
 from billing.services.wallet import wallet_get_or_create
+from money.usd import NANOS_PER_CENT, NANOS_PER_USD, nanos_to_usd_str
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from billing.money import nanos_to_usd_str
+from money.usd import nanos_to_usd_str
 
 register = template.Library()
 

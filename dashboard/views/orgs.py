@@ -30,11 +30,11 @@ from accounts.services import (
     membership_change_role,
     membership_remove,
 )
-from billing.money import NANOS_PER_CENT
 from dashboard import billing_reads, selectors, services
 from dashboard.forms import InviteForm, OrganizationForm, RoleForm
 from dashboard.permissions import MANAGE_ORG, OrgContext, org_view
 from dashboard.views.common import raise_404, render_org
+from money.usd import NANOS_PER_CENT
 
 
 @login_required

@@ -11,10 +11,10 @@ from django.views.decorators.http import require_POST
 
 from accounts.selectors import project_get, projects_for_organization
 from accounts.services import project_archive, project_create, project_unarchive, project_update
-from billing.money import NANOS_PER_USD
 from dashboard.forms import ProjectForm
 from dashboard.permissions import MANAGE_ORG, OrgContext, org_view
 from dashboard.views.common import raise_404, render_org
+from money.usd import NANOS_PER_USD
 
 
 def _list_page(

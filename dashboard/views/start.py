@@ -5,10 +5,10 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
-from billing.money import NANOS_PER_CENT
 from dashboard import billing_reads, catalog_reads, selectors
 from dashboard.permissions import OrgContext, org_view
 from dashboard.views.common import render_org
+from money.usd import NANOS_PER_CENT
 
 # Below this available balance a call cannot be paid for (its hold is refused with 402):
 # getting-started and the overview then show "add credit" as a step.

@@ -13,11 +13,11 @@ from django.shortcuts import redirect
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from billing.money import NANOS_PER_USD
 from dashboard import billing_reads, statements, topups
 from dashboard.forms import AutoRechargeForm, StatementForm, TopUpForm
 from dashboard.permissions import SEE_BILLING, OrgContext, org_view
 from dashboard.views.common import render_org
+from money.usd import NANOS_PER_USD
 
 TOPUP_NOTICES = {
     "success": "Thank you — Stripe is confirming the payment. The balance updates here as soon as "

@@ -20,7 +20,6 @@ from typing import Any
 
 from django.conf import settings
 
-from billing.pricing import Usage, cost_nanos
 from catalog.routing import Candidate, RoutingRequest
 from config.errors import InsufficientQuota
 from inference import relay, response_cache, tokens
@@ -32,6 +31,7 @@ from inference.usage import INVALID_USAGE_NOTE, InvalidUsage, chat_usage, openai
 from inference.vendors import sse
 from inference.vendors.base import JSON
 from inference.vendors.errors import VendorUnavailable
+from money.pricing import Usage, cost_nanos
 
 ENDPOINT = "chat.completions"
 

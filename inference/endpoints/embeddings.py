@@ -21,7 +21,6 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
-from billing.pricing import Usage
 from catalog.routing import Candidate
 from config.errors import InvalidRequest, UpstreamError, invalid_type, missing_param
 from inference import tokens
@@ -30,6 +29,7 @@ from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
 from inference.pipeline import Call
 from inference.vendors.base import JSON
+from money.pricing import Usage
 
 ENDPOINT = "embeddings"
 MAX_INPUTS = 2048

@@ -25,7 +25,6 @@ import httpx
 from django.conf import settings
 from django.core import signing
 
-from billing.pricing import Usage
 from config import fastcache
 from config.errors import NotFound
 from inference.chat.validation import positive_int
@@ -33,6 +32,7 @@ from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
 from inference.vendors import Adapter, VendorTarget, errors
 from inference.vendors.base import JSON
+from money.pricing import Usage
 
 ENDPOINT = "images.generations"
 MAX_PROMPT_CHARS = 32000

@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from billing.pricing import Usage
 from catalog.routing import PREFERENCES, Candidate, RoutingRequest, prefer_refusal
 from config.errors import InvalidRequest, invalid_type, missing_param
 from inference import response_cache
@@ -24,6 +23,7 @@ from inference.http import ApiRequest
 from inference.pipeline import Call, spawn
 from inference.vendors import Adapter, VendorTarget
 from inference.vendors.base import JSON
+from money.pricing import Usage
 
 T = TypeVar("T")
 VendorCall = Callable[[Adapter, VendorTarget, Candidate], Awaitable[T]]

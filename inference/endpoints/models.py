@@ -17,7 +17,6 @@ from typing import Any
 
 from django.utils import timezone
 
-from billing.money import nanos_to_usd_str
 from catalog import health
 from catalog.models import Capability, Parameter
 from catalog.routing import ROUTING_MODES, resolve_model_name, routing_mode
@@ -27,11 +26,12 @@ from catalog.types import (
     CircuitState,
     ModelView,
     OfferingView,
-    PriceSnapshot,
     VendorHealth,
 )
 from config.errors import InvalidRequest, NotFound
 from inference.http import ApiRequest, Response, json_response, route
+from money.pricing import PriceSnapshot
+from money.usd import nanos_to_usd_str
 
 _MODES_CREATED = 1735689600  # 2025-01-01T00:00:00Z
 _MODE_DESCRIPTIONS = {

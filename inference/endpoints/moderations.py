@@ -14,13 +14,13 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
-from billing.pricing import Usage
 from config.errors import InvalidRequest, UpstreamError, invalid_type, missing_param
 from inference import tokens
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
 from inference.pipeline import Call
 from inference.vendors.base import JSON
+from money.pricing import Usage
 
 ENDPOINT = "moderations"
 MAX_INPUTS = 1024

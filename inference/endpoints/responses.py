@@ -15,7 +15,6 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from billing.pricing import Usage
 from config.errors import ApiError
 from inference import relay, response_cache
 from inference.chat.validation import ChatRequest
@@ -42,6 +41,7 @@ from inference.responses.translate import (
 )
 from inference.usage import INVALID_USAGE_NOTE, InvalidUsage, chat_usage
 from inference.vendors.base import JSON
+from money.pricing import Usage
 
 ENDPOINT = "responses"
 

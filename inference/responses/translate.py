@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from billing.pricing import Usage
 from config.errors import InvalidRequest, invalid_type, missing_param
 from inference.chat.validation import ChatRequest, parse_chat_request
 from inference.vendors.base import JSON
+from money.pricing import Usage
 
 # Responses fields → chat fields with the same meaning.
 _SAME = (

@@ -18,12 +18,12 @@ from typing import Any
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from billing.money import nanos_to_usd_str
 from config.errors import InvalidRequest, NotFound
 from inference.models import RequestLog, RequestStatus
 from management import render
 from management.api import DEFAULT_LIMIT, MAX_LIMIT, ManagementView, int_param, list_response
 from management.selectors import GROUP_FIELDS, WIDTH, BucketWidth, UsageGroup, align, usage_groups
+from money.usd import nanos_to_usd_str
 
 _BUCKETS = {"1d": (7, 31), "1h": (24, 168)}
 _MAX_TS = 253402300799

@@ -7,13 +7,13 @@ from rest_framework.response import Response
 
 from billing import selectors as billing_selectors
 from billing.models import LedgerEntry
-from billing.money import nanos_to_usd_str
 from config.errors import InvalidRequest, ServiceUnavailable
 from dashboard import topups
 from dashboard.permissions import SEE_BILLING
 from management import render
 from management.api import ManagementView, page
 from management.serializers import TopUpCreate
+from money.usd import nanos_to_usd_str
 
 
 class Wallet(ManagementView):

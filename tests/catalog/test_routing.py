@@ -7,12 +7,12 @@ from datetime import timedelta
 
 import pytest
 
-from billing.pricing import Usage, cost_nanos
 from catalog.models import Offering
 from catalog.routing import RoutingRequest, decide_route
 from catalog.services import price_add
 from catalog.types import CatalogSnapshot, CircuitState, Support, VendorHealth
 from config.errors import InvalidRequest, NoRoutableOffering, NotFound
+from money.pricing import Usage, cost_nanos
 from tests.catalog.conftest import NOW
 
 pytestmark = pytest.mark.django_db

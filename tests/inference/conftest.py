@@ -10,11 +10,10 @@ import pytest
 import yaml
 
 from billing.models import Hold, HoldStatus, LedgerEntry
-from billing.pricing import Usage, cost_nanos
 from catalog.documents import SEED_PATH, catalog_load
 from catalog.models import Offering
 from catalog.selectors import price_in_force
-from catalog.types import PriceSnapshot
+from money.pricing import PriceSnapshot, Usage, cost_nanos
 from tests.fakes.vendors import FakeVendor
 
 PRICE = {

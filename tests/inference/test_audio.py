@@ -15,9 +15,9 @@ import openai
 import pytest
 
 from billing.models import Hold, LedgerEntry
-from billing.pricing import Usage
 from inference import multipart
 from inference.endpoints import audio
+from money.pricing import Usage
 from tests.inference.conftest import assert_billed
 
 pytestmark = pytest.mark.usefixtures("gateway_catalog")

@@ -9,9 +9,8 @@ import openai
 import pytest
 
 from billing.models import Hold, HoldStatus, LedgerEntry
-from billing.pricing import Usage, cost_nanos
-from catalog.types import PriceSnapshot
 from inference.models import RequestLog
+from money.pricing import PriceSnapshot, Usage, cost_nanos
 
 pytestmark = pytest.mark.usefixtures("fake_catalog")
 

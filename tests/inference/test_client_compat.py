@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from billing.models import LedgerEntry
-from billing.pricing import Usage
+from money.pricing import Usage
 from tests.inference.conftest import assert_billed
 
 pytestmark = pytest.mark.usefixtures("gateway_catalog")

@@ -12,8 +12,8 @@ import pytest
 import tiktoken
 
 from billing.models import Hold
-from billing.pricing import Usage
 from inference.models import RequestLog, RequestStatus
+from money.pricing import Usage
 from tests.fakes.vendors import fake_embedding
 from tests.inference.conftest import assert_billed
 

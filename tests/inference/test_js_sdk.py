@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from billing.pricing import Usage
+from money.pricing import Usage
 from tests.inference.conftest import assert_billed
 
 JS_DIR = Path(__file__).resolve().parents[1] / "js"

@@ -7,9 +7,9 @@ import openai
 import pytest
 
 from billing.models import Hold
-from billing.pricing import Usage
 from catalog.documents import catalog_load
 from inference import tokens
+from money.pricing import Usage
 from tests.inference.conftest import assert_billed
 
 pytestmark = pytest.mark.usefixtures("gateway_catalog")

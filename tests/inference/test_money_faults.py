@@ -19,11 +19,11 @@ import pytest
 
 from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry
-from billing.pricing import Usage
 from inference import pipeline, tokens
 from inference.chat.validation import parse_chat_request
 from inference.endpoints.chat import routing_request
 from inference.models import RequestLog, RequestStatus
+from money.pricing import Usage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

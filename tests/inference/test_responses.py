@@ -10,8 +10,8 @@ import openai
 import pytest
 
 from billing.models import Hold
-from billing.pricing import Usage
 from inference.chat.validation import PENALTY_MESSAGE
+from money.pricing import Usage
 from tests.inference.conftest import assert_billed
 
 pytestmark = pytest.mark.usefixtures("gateway_catalog")

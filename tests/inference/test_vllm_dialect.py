@@ -14,7 +14,6 @@ from typing import Any
 import openai
 import pytest
 
-from billing.pricing import Usage
 from catalog import health
 from catalog.documents import catalog_load
 from catalog.models import Vendor
@@ -23,6 +22,7 @@ from catalog.types import CircuitState
 from inference.vendors import errors
 from inference.vendors.base import VendorTarget
 from inference.vendors.openai_compat import OpenAICompatibleAdapter
+from money.pricing import Usage
 from tests.fakes.vllm import FakeVLLM, prompt_tokens
 from tests.inference.conftest import assert_billed
 

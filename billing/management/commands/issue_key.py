@@ -15,8 +15,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from accounts.models import Organization, Project
 from accounts.services import api_key_create, organization_create, project_create
 from billing.models import EntryKind
-from billing.money import usd_to_nanos
 from billing.services import wallet_credit, wallet_get_or_create
+from money.usd import usd_to_nanos
 
 
 class Command(BaseCommand):

@@ -1,4 +1,8 @@
-"""Conversions at the edges of money. Inside the platform money is integer nano-USD."""
+"""Conversions at the edges of money: USD decimals, display strings and Stripe cents.
+
+Inside the platform money is integer nano-USD (1e-9 USD); these functions convert to and from
+what people type, read and what Stripe counts in.
+"""
 
 from __future__ import annotations
 

@@ -1,13 +1,34 @@
-"""The one pricing function. Every cost the platform computes or charges comes from here."""
+"""The one pricing function. Every cost the platform computes or charges comes from here.
+
+:class:`PriceSnapshot` is an offering's prices at one moment (the catalog builds them from its
+``Price`` rows); :class:`Usage` is what one call consumed; :func:`cost_nanos` is the cost of one
+at the other, in integer nano-USD.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from catalog.types import PriceSnapshot
-
 _MILLION = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class PriceSnapshot:
+    """The prices of one offering in force at one moment, all integer nano-USD.
+
+    ``per_image_nanos`` is keyed ``"<size>/<quality>"`` (``"1024x1024/standard"``); a ``"*"``
+    key is the fallback for sizes/qualities not listed. ``price_id`` names the catalog row the
+    snapshot was read from (``None`` for a price built in code).
+    """
+
+    price_id: int | None = None
+    input_per_mtok_nanos: int = 0
+    cached_input_per_mtok_nanos: int = 0
+    output_per_mtok_nanos: int = 0
+    per_image_nanos: Mapping[str, int] = field(default_factory=dict)
+    per_mchar_nanos: int = 0
+    per_audio_second_nanos: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,163 @@
+"""The packages of the gateway depend on each other one way only (docs/architecture.md).
+
+Read from the source with :mod:`ast` (every ``import``, module-level or inside a function), so
+the check needs no Django and no third-party tool. A package may import packages of the layers
+*below* its own; packages that share a layer are independent and never import each other.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Bottom to top. A name is a package or a module; a module belongs to the longest name that
+# is a prefix of it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # Integer nano-USD arithmetic: prices, usage, the one cost function, conversions.
+    ("money",),
+    # Settings, the error hierarchy, live pushes, caches and database helpers every app uses.
+    ("config",),
+    # Tenants, users and keys; the catalog of vendors, models, offerings and routing.
+    ("accounts", "catalog"),
+    # Wallets, the ledger, holds, Stripe.
+    ("billing",),
+    # The /v1 API: validation, limits, the call pipeline, vendor adapters.
+    ("inference",),
+    # Vector stores (``/v1/vector_stores``), built on inference's call path.
+    ("vectors",),
+    # The customer dashboard.
+    ("dashboard",),
+    # The management API (``/v1/organization/…``) reuses the dashboard's tenancy rules.
+    ("management",),
+)
+
+# The composition root: what starts the web process and wires every app's routes and metrics.
+# These may import anything of ours; nothing but one another imports them.
+ENTRY_POINTS = ("config.asgi", "config.urls", "config.server", "config.observability")
+
+# Packages of ours that import nothing of ours and that nothing of ours imports.
+ISOLATED = ("gpu_backend",)
+
+# Imports that break the direction today, each with why it is tolerated and what removes it.
+# A pair that no longer occurs fails the test: delete its line.
+IGNORED: frozenset[tuple[str, str]] = frozenset(
+    {
+        # The Organization admin page links to the organization's wallet and ledger pages, and
+        # looks the wallet up itself (a function-level import). Goes when billing supplies the
+        # link (a selector, or billing's admin adding it to the Organization page).
+        ("accounts.admin", "billing.models"),
+        # The dashboard's admin-key page creates and lists management API keys. Goes when the
+        # management API's tenancy rules (today dashboard.permissions, which management
+        # imports) move under both, or admin keys move down to accounts (accounts.keys
+        # already mints them).
+        ("dashboard.views.admin_keys", "management.models"),
+        ("dashboard.views.admin_keys", "management.services"),
+    }
+)
+
+
+def _within(module: str, name: str) -> bool:
+    return module == name or module.startswith(name + ".")
+
+
+def _is_entry_point(module: str) -> bool:
+    return any(_within(module, name) for name in ENTRY_POINTS)
+
+
+def _layer_of(module: str) -> tuple[int, str] | None:
+    """(layer index, the name it matched) of ``module``, or None when it is not ours."""
+    best: tuple[int, str] | None = None
+    for index, names in enumerate((*LAYERS, ENTRY_POINTS)):
+        for name in names:
+            if _within(module, name) and (best is None or len(name) > len(best[1])):
+                best = (index, name)
+    return best
+
+
+def _modules(package: str) -> Iterator[tuple[str, Path]]:
+    for path in sorted((ROOT / package).rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        yield ".".join(parts), path
+
+
+def _imports(module: str, path: Path) -> Iterator[str]:
+    """Every module ``module`` imports, relative imports resolved."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            yield target
+            # ``from billing import services`` imports the module billing.services.
+            for alias in node.names:
+                submodule = ROOT.joinpath(*target.split("."), alias.name)
+                if submodule.with_suffix(".py").is_file() or submodule.is_dir():
+                    yield f"{target}.{alias.name}"
+
+
+def _all_imports() -> Iterator[tuple[str, str]]:
+    packages = {name.split(".")[0] for names in LAYERS for name in names} | set(ISOLATED)
+    for package in sorted(packages):
+        for module, path in _modules(package):
+            for imported in _imports(module, path):
+                yield module, imported
+
+
+def _violations() -> set[tuple[str, str]]:
+    found: set[tuple[str, str]] = set()
+    for module, imported in _all_imports():
+        mine, theirs = _layer_of(module), _layer_of(imported)
+        if mine is None or theirs is None or mine[1] == theirs[1] or _is_entry_point(module):
+            continue
+        if theirs[0] >= mine[0]:
+            found.add((module, imported))
+    return found
+
+
+def test_every_import_points_down_the_layers() -> None:
+    found = _violations()
+    new = sorted(found - IGNORED)
+    assert not new, "imports against the layers (docs/architecture.md):\n" + "\n".join(
+        f"  {a} -> {b}" for a, b in new
+    )
+
+
+def test_every_ignored_import_still_exists() -> None:
+    stale = sorted(IGNORED - _violations())
+    assert not stale, "no longer imported; delete from IGNORED:\n" + "\n".join(
+        f"  {a} -> {b}" for a, b in stale
+    )
+
+
+def test_isolated_packages_stand_alone() -> None:
+    ours = {name.split(".")[0] for names in LAYERS for name in names} | set(ISOLATED)
+    crossing = sorted(
+        (module, imported)
+        for module, imported in _all_imports()
+        if (module.split(".")[0] in ISOLATED) != (imported.split(".")[0] in ISOLATED)
+        and imported.split(".")[0] in ours
+        and module.split(".")[0] != imported.split(".")[0]
+    )
+    assert not crossing, crossing
+
+
+def test_money_needs_nothing_but_the_standard_library() -> None:
+    outside = sorted(
+        (module, imported)
+        for module, path in _modules("money")
+        for imported in _imports(module, path)
+        if imported.split(".")[0] not in {"money", "__future__", *sys.stdlib_module_names}
+    )
+    assert not outside, outside
