@@ -6,6 +6,7 @@ project), and the engines are only ever handed the id of a collection found that
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,6 +18,8 @@ from django.utils import timezone
 from config.errors import InvalidRequest, NotFound
 from vectors.models import Collection, VectorPrice
 from vectors.store import Item, Match, Stats, default_engine, store_for
+
+log = logging.getLogger(__name__)
 
 
 def new_public_id(prefix: str) -> str:
@@ -183,3 +186,19 @@ def query_counted(*, collection_id: int, charged_nanos: int) -> None:
     Collection.objects.filter(pk=collection_id).update(
         queries=F("queries") + 1, queries_charged_nanos=F("queries_charged_nanos") + charged_nanos
     )
+
+
+def collections_maintain() -> int:
+    """Run every collection's engine upkeep (pgvector: index builds); returns how many
+    collections were visited. One failing collection does not stop the others."""
+    rows = Collection.objects.filter(dimensions__isnull=False).values_list(
+        "pk", "engine", "dimensions"
+    )
+    visited = 0
+    for pk, engine, dimensions in rows:
+        try:
+            store_for(engine).maintain(collection_id=pk, dimensions=int(dimensions or 0))
+            visited += 1
+        except Exception:
+            log.exception("vector collection %s: upkeep failed; retried next run", pk)
+    return visited

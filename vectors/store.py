@@ -100,6 +100,10 @@ class VectorStore(Protocol):
         """Remove the collection's vectors and any index of it."""
         ...
 
+    def maintain(self, *, collection_id: int, dimensions: int) -> None:
+        """Background upkeep (pgvector: build the collection's index once it is large)."""
+        ...
+
 
 ENGINES = ("embedded", "pgvector")
 

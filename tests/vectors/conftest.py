@@ -21,6 +21,7 @@ from aiohttp import web
 from django.apps import apps as django_apps
 
 from catalog.documents import catalog_load
+from tests.dashboard.conftest import make_org, make_user, member_client  # noqa: F401
 from tests.fakes.vendors import FakeVendor
 from tests.inference.conftest import (  # noqa: F401  (fixtures)
     EMBED_PRICE,

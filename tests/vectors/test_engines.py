@@ -96,6 +96,8 @@ def test_pgvector_searches_through_the_collections_hnsw_index(pgvector_url):
         collection_id=77, dimensions=DIMS,
         items=[Item(id=str(i), vector=v.tolist()) for i, v in enumerate(vectors)],
     )  # fmt: skip
+    assert store.build_index(collection_id=77, dimensions=DIMS) is True
+    assert store.build_index(collection_id=77, dimensions=DIMS) is False  # once
     with psycopg.connect(pgvector_url, autocommit=True) as conn:
         indexes = conn.execute(
             "SELECT indexdef FROM pg_indexes WHERE indexname = %s", [index_name(77)]

@@ -169,6 +169,9 @@ class EmbeddedStore:
         self._cache.pop(collection_id, None)
         return deleted, stats_of(collection_id, dimensions)
 
+    def maintain(self, *, collection_id: int, dimensions: int) -> None:
+        """Nothing to keep up: every search is exact."""
+
     def drop(self, *, collection_id: int) -> None:
         VectorItem.objects.filter(collection_id=collection_id).delete()
         self._cache.pop(collection_id, None)

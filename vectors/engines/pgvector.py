@@ -2,9 +2,12 @@
 
 Vectors live in ``infrai_vector_items`` of the database at ``INFRAI_VECTOR_PG_URL`` (empty: the
 platform's own database, through Django's connection). The column is an untyped ``vector``, so
-one table holds every dimension; each collection gets a partial HNSW index on
-``embedding::vector(d)`` (cosine) restricted to its rows, which the search's
-``ORDER BY … <=> …`` uses. A metadata filter is ``metadata @> filter`` (a GIN index on
+one table holds every dimension; a collection of INDEX_MIN_VECTORS or more gets a partial HNSW
+index on ``embedding::vector(d)`` (cosine) restricted to its rows, which the search's
+``ORDER BY … <=> …`` uses; it is built by :meth:`PgVectorStore.maintain` (a beat task, off the
+request path: building on 100k vectors takes minutes, and inserts into an HNSW graph are far
+slower than plain inserts). Smaller collections are searched exactly. A metadata filter is
+``metadata @> filter`` (a GIN index on
 ``jsonb_path_ops``); with pgvector ≥ 0.8 an iterative index scan keeps filtered searches from
 coming back short (before it, a filtered search scans exactly). The schema is created on first
 use (``CREATE EXTENSION vector`` needs the extension installed on the server).
@@ -19,7 +22,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from django.db import connection
+from django.conf import settings
+from django.db import connection, transaction
 
 from vectors.store import Item, Match, Stats
 
@@ -27,6 +31,9 @@ TABLE = "infrai_vector_items"
 # HNSW build and search parameters (pgvector's defaults are m=16, ef_construction=64, ef=40).
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 64
+# A collection gets its index (vectors.tasks, off the request path) from this many vectors on.
+INDEX_MIN_VECTORS = 10_000
+BUILD_MEMORY = "1GB"  # maintenance_work_mem of an index build: the graph should fit in it
 _SCHEMA = [
     "CREATE EXTENSION IF NOT EXISTS vector",
     f"""CREATE TABLE IF NOT EXISTS {TABLE} (
@@ -38,6 +45,12 @@ _SCHEMA = [
         PRIMARY KEY (collection_id, item_id))""",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_metadata ON {TABLE} USING gin (metadata jsonb_path_ops)",
 ]
+
+
+def ef_search(top_k: int) -> int:
+    """HNSW's candidate list for a search of ``top_k`` (``INFRAI_VECTOR_HNSW_EF_SEARCH``, at
+    least twice ``top_k``): higher finds more of the true neighbours, slower."""
+    return max(int(settings.INFRAI_VECTOR_HNSW_EF_SEARCH), 2 * int(top_k))
 
 
 def vector_literal(values: Sequence[float]) -> str:
@@ -57,20 +70,20 @@ class PgVectorStore:
         self._local = threading.local()
         self._ready = False
         self._iterative = False
-        self._indexed: set[tuple[int, int]] = set()
 
     @contextmanager
     def _cursor(self) -> Iterator[Any]:
-        """A cursor on the vector database (autocommit; Django's connection when no URL)."""
+        """A cursor on the vector database, in one transaction (Django's connection when no
+        URL; else this thread's own connection)."""
         if not self._url:
-            with connection.cursor() as cur:
+            with transaction.atomic(), connection.cursor() as cur:
                 yield cur
             return
         conn = getattr(self._local, "conn", None)
         if conn is None or conn.closed:
             conn = psycopg.connect(self._url, autocommit=True)
             self._local.conn = conn
-        with conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             yield cur
 
     def _ensure_schema(self, cur: Any) -> None:
@@ -83,16 +96,34 @@ class PgVectorStore:
         self._iterative = version >= (0, 8)
         self._ready = True
 
-    def _ensure_index(self, cur: Any, collection_id: int, dimensions: int) -> None:
-        if (collection_id, dimensions) in self._indexed:
-            return
-        cur.execute(
-            f"CREATE INDEX IF NOT EXISTS {index_name(collection_id)} ON {TABLE} USING hnsw "
-            f"((embedding::vector({int(dimensions)})) vector_cosine_ops) "
-            f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) "
-            f"WHERE collection_id = {int(collection_id)}"
-        )
-        self._indexed.add((collection_id, dimensions))
+    def build_index(self, *, collection_id: int, dimensions: int) -> bool:
+        """Build the collection's HNSW index unless it exists; returns whether it was built.
+        Slow for large collections (minutes for 100k × 384): called off the request path."""
+        with self._cursor() as cur:
+            self._ensure_schema(cur)
+            cur.execute(
+                "SELECT 1 FROM pg_indexes WHERE indexname = %s", [index_name(collection_id)]
+            )
+            if cur.fetchone() is not None:
+                return False
+            cur.execute(f"SET LOCAL maintenance_work_mem = '{BUILD_MEMORY}'")
+            cur.execute(
+                f"CREATE INDEX IF NOT EXISTS {index_name(collection_id)} ON {TABLE} USING hnsw "
+                f"((embedding::vector({int(dimensions)})) vector_cosine_ops) "
+                f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) "
+                f"WHERE collection_id = {int(collection_id)}"
+            )
+            cur.execute(f"ANALYZE {TABLE}")  # so the planner knows the collection is large
+            return True
+
+    def maintain(self, *, collection_id: int, dimensions: int) -> None:
+        """Build the HNSW index once the collection holds INDEX_MIN_VECTORS vectors (below
+        that an exact scan is fast, and writes before the index exist are ~20× faster)."""
+        with self._cursor() as cur:
+            self._ensure_schema(cur)
+            count = self._stats(cur, collection_id, dimensions).vector_count
+        if count >= INDEX_MIN_VECTORS:
+            self.build_index(collection_id=collection_id, dimensions=dimensions)
 
     def _stats(self, cur: Any, collection_id: int, dimensions: int) -> Stats:
         cur.execute(
@@ -106,7 +137,6 @@ class PgVectorStore:
     def upsert(self, *, collection_id: int, dimensions: int, items: Sequence[Item]) -> Stats:
         with self._cursor() as cur:
             self._ensure_schema(cur)
-            self._ensure_index(cur, collection_id, dimensions)
             cur.executemany(
                 f"INSERT INTO {TABLE} (collection_id, item_id, embedding, metadata, text)"
                 " VALUES (%s, %s, %s::vector, %s::jsonb, %s)"
@@ -146,21 +176,16 @@ class PgVectorStore:
         )
         with self._cursor() as cur:
             self._ensure_schema(cur)
-            cur.execute(f"SET hnsw.ef_search = {max(40, 2 * int(top_k))}")
+            cur.execute(f"SET LOCAL hnsw.ef_search = {ef_search(top_k)}")
             exact = bool(where) and not self._iterative
             if self._iterative:
-                cur.execute("SET hnsw.iterative_scan = strict_order")
+                cur.execute("SET LOCAL hnsw.iterative_scan = strict_order")
             elif exact:
                 # Before 0.8 the index filters after its ef_search candidates: a selective
                 # filter could come back short, so a filtered search scans exactly.
-                cur.execute("SET enable_indexscan = off")
-            try:
-                params = {"q": literal, "c": collection_id, "w": json.dumps(where), "k": top_k}
-                cur.execute(sql, params)
-                rows = cur.fetchall()
-            finally:
-                if exact:
-                    cur.execute("RESET enable_indexscan")
+                cur.execute("SET LOCAL enable_indexscan = off")
+            cur.execute(sql, {"q": literal, "c": collection_id, "w": json.dumps(where), "k": top_k})
+            rows = cur.fetchall()
         return [
             Match(
                 id=r[0],
@@ -195,4 +220,3 @@ class PgVectorStore:
             self._ensure_schema(cur)
             cur.execute(f"DELETE FROM {TABLE} WHERE collection_id = %s", [collection_id])
             cur.execute(f"DROP INDEX IF EXISTS {index_name(collection_id)}")
-        self._indexed = {k for k in self._indexed if k[0] != collection_id}
