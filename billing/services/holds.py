@@ -10,7 +10,7 @@ How a caller uses it (one call = one ``request_id``)::
         await ahold_settle(request_id=rid, actual_nanos=cost_so_far)
 
 1. **Open before any vendor call.** :func:`hold_open` reserves ``amount_nanos`` (the worst-case
-   cost: prompt estimate + max output, from :func:`money.pricing.cost_nanos`) against the
+   cost: prompt estimate + max output, from :func:`billing.pricing.cost_nanos`) against the
    organization's *available* balance (balance − open holds). It is atomic: the availability
    test and the reservation are one conditional ``UPDATE`` (on PostgreSQL one statement that
    also checks the project budget and inserts the hold), so concurrent calls can never
@@ -78,13 +78,13 @@ import datetime as dt
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
+from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
+from billing.money import nanos_to_usd_str
+from config.errors import InsufficientQuota
 from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.utils import timezone
 
-from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
-from billing.services.wallet import _post, _recharge_on_commit, _wallet_apply
-from config.errors import InsufficientQuota
-from money.usd import nanos_to_usd_str
+from billing.services.ledger import auto_recharge_on_commit, post_entry, wallet_apply
 
 WALLET = Wallet._meta.db_table
 HOLD = Hold._meta.db_table
@@ -449,7 +449,7 @@ def _settle_one_statement(*, request_id: str, actual_nanos: int, description: st
         return None
     charged, wallet_id, recharge_due = int(row[0]), int(row[1]), bool(row[2])
     if recharge_due:
-        _recharge_on_commit(wallet_id=wallet_id)
+        auto_recharge_on_commit(wallet_id=wallet_id)
     return charged
 
 
@@ -504,7 +504,7 @@ def _settle_in_tx(
         if late and claimed.captured_nanos
         else (claimed.captured_nanos, "")
     )
-    row = _wallet_apply(wallet_id=claimed.wallet_id, balance_delta=-charged, held_delta=held_delta)
+    row = wallet_apply(wallet_id=claimed.wallet_id, balance_delta=-charged, held_delta=held_delta)
     if claimed.project_id is not None:
         with connection.cursor() as cur:
             cur.execute(
@@ -530,7 +530,7 @@ def _settle_in_tx(
             description=text[:255],
         )
     if row.auto_recharge_due:
-        _recharge_on_commit(wallet_id=claimed.wallet_id)
+        auto_recharge_on_commit(wallet_id=claimed.wallet_id)
     return charged
 
 
@@ -633,7 +633,7 @@ def hold_expire(*, hold_id: int) -> bool:
                     " WHERE project_id = %s AND month = %s",
                     [amount, project_id, month],
                 )
-        _post(
+        post_entry(
             wallet_id=wallet_id,
             amount_nanos=0,
             held_delta=-amount,

@@ -3,7 +3,7 @@
 At most once per threshold crossing: :func:`auto_recharge_wallet` first *disarms* the wallet in
 one conditional UPDATE (only one worker can win it), then charges with an idempotency key made
 of the wallet and its attempt number. Every later balance change at or above the threshold
-re-arms it (see ``billing.services.wallet._wallet_apply``). A decline or a Stripe failure leaves
+re-arms it (see ``billing.services.ledger.wallet_apply``). A decline or a Stripe failure leaves
 the wallet disarmed with the error recorded — never a second charge for the same crossing; a
 charge Stripe made although our call failed is still credited by the ``payment_intent.succeeded``
 webhook (same ledger key).
@@ -14,15 +14,15 @@ from __future__ import annotations
 import enum
 import logging
 
+from accounts.models import Organization
+from billing.models import EntryKind, Wallet
+from billing.money import nanos_to_usd_str
+from billing.services.topups import customer_ensure, topup_amount_validate
 from django.db import transaction
 from django.db.models import F
 
-from accounts.models import Organization
 from billing import stripe_gateway
-from billing.models import EntryKind, Wallet
-from billing.services.topups import customer_ensure, topup_amount_validate
-from billing.services.wallet import _post
-from money.usd import nanos_to_usd_str
+from billing.services.ledger import post_entry
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def auto_recharge_wallet(*, wallet_id: int) -> RechargeOutcome:
         Wallet.objects.filter(pk=wallet.pk).update(auto_recharge_last_error=message)
         return RechargeOutcome.DECLINED
     with transaction.atomic(durable=True):
-        _post(
+        post_entry(
             wallet_id=wallet.pk,
             amount_nanos=charge.amount_nanos,
             kind=EntryKind.AUTO_RECHARGE,

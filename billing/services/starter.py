@@ -20,13 +20,13 @@ from __future__ import annotations
 import hashlib
 from decimal import Decimal
 
+from accounts.models import Membership, Organization, Role, User
+from billing.models import EntryKind, LedgerEntry, Wallet
+from billing.money import nanos_to_usd_str, usd_to_nanos
 from django.conf import settings
 from django.db import transaction
 
-from accounts.models import Membership, Organization, Role, User
-from billing.models import EntryKind, LedgerEntry, Wallet
-from billing.services.wallet import _post
-from money.usd import nanos_to_usd_str, usd_to_nanos
+from billing.services.ledger import post_entry
 
 
 def starter_credit_nanos() -> int:
@@ -58,7 +58,7 @@ def starter_credit_grant(*, organization: Organization, owner: User) -> LedgerEn
         Wallet.objects.select_for_update().filter(pk=wallet.pk).first()
         if LedgerEntry.objects.filter(wallet=wallet, kind=EntryKind.STARTER_CREDIT).exists():
             return None
-        entry, created = _post(
+        entry, created = post_entry(
             wallet_id=wallet.pk,
             amount_nanos=amount,
             kind=EntryKind.STARTER_CREDIT,

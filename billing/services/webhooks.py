@@ -35,11 +35,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
-from django.db.models import Sum
-from django.utils import timezone
-
-from billing import stripe_gateway
 from billing.models import (
     EntryKind,
     LedgerEntry,
@@ -49,8 +44,13 @@ from billing.models import (
     TopUpStatus,
     Wallet,
 )
-from billing.services.wallet import _post
-from money.usd import nanos_to_usd_str
+from billing.money import nanos_to_usd_str
+from django.db import IntegrityError, transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from billing import stripe_gateway
+from billing.services.ledger import post_entry
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ def _credit_checkout(session: Obj) -> _Outcome:
         return _failed("no organization for this Checkout session")
     amount = stripe_gateway.amount_nanos(int(session["amount_total"]))
     payment_intent = _id_of(session.get("payment_intent"))
-    _, created = _post(
+    _, created = post_entry(
         wallet_id=wallet.pk,
         amount_nanos=amount,
         kind=EntryKind.TOPUP,
@@ -232,7 +232,7 @@ def _charge_refunded(charge: Obj) -> _Outcome:
     delta = stripe_gateway.amount_nanos(refunded_cents) - recorded
     if delta <= 0:
         return _ok("refund already recorded")
-    _post(
+    post_entry(
         wallet_id=wallet.pk,
         amount_nanos=-delta,
         kind=EntryKind.REFUND,
@@ -254,7 +254,7 @@ def _dispute_wallet(dispute: Obj) -> Wallet | None:
 
 def _dispute_debit(dispute: Obj, wallet: Wallet) -> None:
     amount = stripe_gateway.amount_nanos(int(dispute["amount"]))
-    _post(
+    post_entry(
         wallet_id=wallet.pk,
         amount_nanos=-amount,
         kind=EntryKind.DISPUTE,
@@ -290,7 +290,7 @@ def _dispute_closed(dispute: Obj) -> _Outcome:
     _dispute_debit(dispute, wallet)  # a no-op when .created was already processed
     if status == "won":
         amount = stripe_gateway.amount_nanos(int(dispute["amount"]))
-        _post(
+        post_entry(
             wallet_id=wallet.pk,
             amount_nanos=amount,
             kind=EntryKind.DISPUTE_WON,
@@ -336,7 +336,7 @@ def _payment_intent_succeeded(intent: Obj) -> _Outcome:
     if wallet is None:
         return _failed("no organization for this payment")
     amount = stripe_gateway.amount_nanos(int(intent[amount_field]))
-    _, created = _post(
+    _, created = post_entry(
         wallet_id=wallet.pk,
         amount_nanos=amount,
         kind=EntryKind.AUTO_RECHARGE,
