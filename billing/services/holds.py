@@ -78,13 +78,13 @@ import datetime as dt
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
-from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
-from billing.money import nanos_to_usd_str
-from config.errors import InsufficientQuota
 from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.utils import timezone
 
+from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
+from billing.money import nanos_to_usd_str
 from billing.services.ledger import auto_recharge_on_commit, post_entry, wallet_apply
+from config.errors import InsufficientQuota
 
 WALLET = Wallet._meta.db_table
 HOLD = Hold._meta.db_table

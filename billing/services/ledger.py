@@ -17,11 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from billing.models import EntryKind, LedgerEntry, Wallet
 from celery import current_app
-from config import live
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
+
+from billing.models import EntryKind, LedgerEntry, Wallet
+from config import live
 
 if TYPE_CHECKING:
     from accounts.models import User

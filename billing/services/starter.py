@@ -20,12 +20,12 @@ from __future__ import annotations
 import hashlib
 from decimal import Decimal
 
-from accounts.models import Membership, Organization, Role, User
-from billing.models import EntryKind, LedgerEntry, Wallet
-from billing.money import nanos_to_usd_str, usd_to_nanos
 from django.conf import settings
 from django.db import transaction
 
+from accounts.models import Membership, Organization, Role, User
+from billing.models import EntryKind, LedgerEntry, Wallet
+from billing.money import nanos_to_usd_str, usd_to_nanos
 from billing.services.ledger import post_entry
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from billing.models import EntryKind, LedgerEntry, Wallet
 from django.db import transaction
 
+from billing.models import EntryKind, LedgerEntry, Wallet
 from billing.services.ledger import post_entry
 
 if TYPE_CHECKING:

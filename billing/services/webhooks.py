@@ -35,6 +35,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import IntegrityError, transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from billing import stripe_gateway
 from billing.models import (
     EntryKind,
     LedgerEntry,
@@ -45,11 +50,6 @@ from billing.models import (
     Wallet,
 )
 from billing.money import nanos_to_usd_str
-from django.db import IntegrityError, transaction
-from django.db.models import Sum
-from django.utils import timezone
-
-from billing import stripe_gateway
 from billing.services.ledger import post_entry
 
 log = logging.getLogger(__name__)
