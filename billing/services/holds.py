@@ -10,7 +10,7 @@ How a caller uses it (one call = one ``request_id``)::
         await ahold_settle(request_id=rid, actual_nanos=cost_so_far)
 
 1. **Open before any vendor call.** :func:`hold_open` reserves ``amount_nanos`` (the worst-case
-   cost: prompt estimate + max output, from :func:`billing.pricing.cost_nanos`) against the
+   cost: prompt estimate + max output, from :func:`money.pricing.cost_nanos`) against the
    organization's *available* balance (balance − open holds). It is atomic: the availability
    test and the reservation are one conditional ``UPDATE`` (on PostgreSQL one statement that
    also checks the project budget and inserts the hold), so concurrent calls can never
@@ -82,9 +82,9 @@ from django.db import IntegrityError, close_old_connections, connection, transac
 from django.utils import timezone
 
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
-from billing.money import nanos_to_usd_str
 from billing.services.ledger import auto_recharge_on_commit, post_entry, wallet_apply
 from config.errors import InsufficientQuota
+from money.usd import nanos_to_usd_str
 
 WALLET = Wallet._meta.db_table
 HOLD = Hold._meta.db_table

@@ -20,9 +20,9 @@ from django.db.models import F
 from accounts.models import Organization
 from billing import stripe_gateway
 from billing.models import EntryKind, Wallet
-from billing.money import nanos_to_usd_str
 from billing.services.ledger import post_entry
 from billing.services.topups import customer_ensure, topup_amount_validate
+from money.usd import nanos_to_usd_str
 
 log = logging.getLogger(__name__)
 

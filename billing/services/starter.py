@@ -25,8 +25,8 @@ from django.db import transaction
 
 from accounts.models import Membership, Organization, Role, User
 from billing.models import EntryKind, LedgerEntry, Wallet
-from billing.money import nanos_to_usd_str, usd_to_nanos
 from billing.services.ledger import post_entry
+from money.usd import nanos_to_usd_str, usd_to_nanos
 
 
 def starter_credit_nanos() -> int:

@@ -49,8 +49,8 @@ from billing.models import (
     TopUpStatus,
     Wallet,
 )
-from billing.money import nanos_to_usd_str
 from billing.services.ledger import post_entry
+from money.usd import nanos_to_usd_str
 
 log = logging.getLogger(__name__)
 
