@@ -23,7 +23,7 @@ test: install
 	bash scripts/install_test_tools.sh
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy accounts billing catalog config dashboard inference management money money vectors gpu_backend
+	$(PY) -m mypy accounts billing catalog config dashboard inference management vectors money money vectors gpu_backend
 	bash scripts/test.sh
 
 ## The gateway beside LiteLLM and direct, in one run (about 10 minutes; docs/performance.md).

@@ -16,7 +16,7 @@ app = Celery("infrai")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-SCHEDULE_MODULES = ("catalog.tasks", "billing.tasks", "inference.tasks")
+SCHEDULE_MODULES = ("catalog.tasks", "billing.tasks", "inference.tasks", "vectors.tasks")
 
 
 @app.on_after_finalize.connect

@@ -6,6 +6,7 @@ from django.urls import include, path, reverse_lazy
 from django.views.generic import RedirectView
 
 from dashboard.views import admin_keys, auth, keys, orgs, playground, projects, start, usage, wallet
+from dashboard.views.vectors import vector_collections
 
 app_name = "dashboard"
 
@@ -48,6 +49,7 @@ org_patterns = [
     path("usage/requests/export.csv", usage.request_log_export, name="request_log_export"),
     path("usage/requests/<str:request_id>/", usage.request_detail, name="request_detail"),
     path("playground/", playground.playground, name="playground"),
+    path("vectors/", vector_collections, name="vectors"),
 ]
 
 urlpatterns = [

@@ -243,6 +243,17 @@ with contextlib.suppress(OSError):  # WhiteNoise warns at every start when STATI
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 INSTALLED_APPS += ["management"]  # the management API (/v1/organization/…, admin keys)
 
+# --- the vector store (issue 19; docs/vector_store.md) ---
+INSTALLED_APPS += ["vectors"]
+# Engine of new collections: "embedded" (exact numpy search, vectors in this database; no
+# server) or "pgvector" (PostgreSQL with the pgvector extension, HNSW).
+INFRAI_VECTOR_ENGINE = env("INFRAI_VECTOR_ENGINE", default="embedded")
+# The pgvector engine's database URL (empty: the platform's own PostgreSQL).
+INFRAI_VECTOR_PG_URL = env("INFRAI_VECTOR_PG_URL", default="")
+# pgvector's HNSW search breadth (hnsw.ef_search; at least 2 × top_k): recall vs speed,
+# measured in docs/performance.md.
+INFRAI_VECTOR_HNSW_EF_SEARCH = env.int("INFRAI_VECTOR_HNSW_EF_SEARCH", default=100)
+
 # --- operations (issue 17; docs/deploy.md) ---
 # Metrics, traces and call logs (config/observability). /metrics answers only this Bearer token
 # (404 when empty). Multiprocess metrics need PROMETHEUS_MULTIPROC_DIR in the environment of
