@@ -6,6 +6,8 @@ from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html_join
 
 from accounts.models import ApiKey, Membership, Organization, Project, User
 from accounts.services import api_key_revoke
@@ -37,7 +39,26 @@ class OrganizationAdmin(admin.ModelAdmin):
     list_display = ("slug", "name", "log_prompts", "created_at")
     search_fields = ("slug", "name", "memberships__user__email")
     list_filter = ("log_prompts",)
+    readonly_fields = ("related",)
     inlines = [MembershipInline]
+
+    @admin.display(description="see also")
+    def related(self, obj: Organization) -> str:
+        """Links to the organization's wallet, ledger, keys and members (staff support)."""
+        if obj.pk is None:
+            return "-"
+        from billing.models import Wallet  # billing's admin pages are what we link to
+
+        wallet_id = Wallet.objects.filter(organization=obj).values_list("pk", flat=True).first()
+        links = []
+        if wallet_id is not None:
+            links.append((reverse("admin:billing_wallet_change", args=[wallet_id]), "Wallet"))
+            ledger = reverse("admin:billing_ledgerentry_changelist")
+            links.append((f"{ledger}?wallet__id__exact={wallet_id}", "Ledger"))
+        keys = reverse("admin:accounts_apikey_changelist")
+        links.append((f"{keys}?organization__id__exact={obj.pk}", "API keys"))
+        links.append(("#memberships-group", "Members"))
+        return format_html_join(" · ", '<a href="{}">{}</a>', links)
 
 
 @admin.register(Project)

@@ -2,11 +2,17 @@
 prices (history: add-only) and the parameter-matrix editor (models × parameters, one form).
 
 Every save here bumps the catalog version so all processes rebuild their routing snapshot.
+Values are checked against the known sets on save (:mod:`catalog.forms`); prices are typed in
+USD. Rows that got into the database invalid anyway are left out of routing and listed as a
+warning on every catalog list page.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from django.contrib import admin, messages
@@ -19,13 +25,46 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html_join
 
 from catalog import health
+from catalog.forms import USD_FIELD_NAMES, ModelForm, ParameterRuleForm, PriceForm
 from catalog.models import Model, Offering, Parameter, ParameterRule, Price, Support, Vendor
 from catalog.selectors import build_snapshot, credentials_configured, vendor_base_url
 from catalog.services import Cell, catalog_changed, matrix_cells, matrix_update, vendor_probe
+from catalog.types import CatalogSnapshot
+from catalog.validation import cell_problems
+from money.usd import nanos_to_usd_str
+
+# The snapshot one changelist page shows (built once per page, not once per row).
+_page_snapshot: ContextVar[CatalogSnapshot | None] = ContextVar("_page_snapshot", default=None)
+
+
+@contextmanager
+def _one_snapshot() -> Iterator[CatalogSnapshot]:
+    """Build the catalog snapshot once for the page being rendered inside this block."""
+    snapshot = build_snapshot()
+    token = _page_snapshot.set(snapshot)
+    try:
+        yield snapshot
+    finally:
+        _page_snapshot.reset(token)
+
+
+def _snapshot() -> CatalogSnapshot:
+    """The page's snapshot when one was built for it, else a fresh one (a change form)."""
+    return _page_snapshot.get() or build_snapshot()
 
 
 class CatalogChangeMixin:
-    """Bump the catalog version after every admin write."""
+    """Bump the catalog version after every admin write; list pages warn about catalog rows
+    left out of routing because they are invalid, and build the snapshot once per page."""
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        with _one_snapshot() as snapshot:
+            for problem in snapshot.problems:
+                messages.warning(request, f"Invalid catalog row: {problem}")
+            response = super().changelist_view(request, extra_context)  # type: ignore[misc]
+            if hasattr(response, "render"):
+                response.render()  # inside the block: the rows read the page's snapshot
+            return response
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)  # type: ignore[misc]
@@ -54,6 +93,7 @@ class OfferingInline(admin.TabularInline):
 
 class ParameterRuleInline(admin.TabularInline):
     model = ParameterRule
+    form = ParameterRuleForm
     extra = 0
     fields = ("parameter", "support", "accepted_values", "max_value", "note")
 
@@ -62,18 +102,40 @@ class PriceInline(admin.TabularInline):
     """Existing prices are history (read-only); a price change is a new row."""
 
     model = Price
+    form = PriceForm
     extra = 0
-    fields = (
-        "effective_from",
-        "input_per_mtok_nanos",
-        "cached_input_per_mtok_nanos",
-        "output_per_mtok_nanos",
-        "per_image_nanos",
-        "per_mchar_nanos",
-        "per_audio_second_nanos",
-        "source",
-    )
+    fields = ("effective_from", *USD_FIELD_NAMES, "source")
     ordering = ("-effective_from",)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return ()  # existing rows render read-only through the formset (no change permission)
+
+    # Existing rows are shown read-only, in USD (these name the form's USD fields).
+    @admin.display(description="input $/1M tok")
+    def input_per_mtok_usd(self, obj: Price) -> str:
+        return nanos_to_usd_str(obj.input_per_mtok_nanos)
+
+    @admin.display(description="cached input $/1M tok")
+    def cached_input_per_mtok_usd(self, obj: Price) -> str:
+        return nanos_to_usd_str(obj.cached_input_per_mtok_nanos)
+
+    @admin.display(description="output $/1M tok")
+    def output_per_mtok_usd(self, obj: Price) -> str:
+        return nanos_to_usd_str(obj.output_per_mtok_nanos)
+
+    @admin.display(description="speech $/1M chars")
+    def per_mchar_usd(self, obj: Price) -> str:
+        return nanos_to_usd_str(obj.per_mchar_nanos)
+
+    @admin.display(description="audio $/s")
+    def per_audio_second_usd(self, obj: Price) -> str:
+        return nanos_to_usd_str(obj.per_audio_second_nanos)
+
+    @admin.display(description="images $ each")
+    def per_image_usd(self, obj: Price) -> str:
+        return json.dumps(
+            {k: nanos_to_usd_str(int(v)) for k, v in (obj.per_image_nanos or {}).items()}
+        )
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -127,7 +189,7 @@ class VendorAdmin(CatalogChangeMixin, admin.ModelAdmin):
 
     @admin.display(description="routable offerings")
     def routable_offerings(self, obj: Vendor) -> str:
-        snapshot = build_snapshot()
+        snapshot = _snapshot()
         offerings = [o for o in snapshot.offerings if o.vendor == obj.name]
         if not offerings:
             return "-"
@@ -157,6 +219,7 @@ class VendorAdmin(CatalogChangeMixin, admin.ModelAdmin):
 
 @admin.register(Model)
 class ModelAdmin(CatalogChangeMixin, admin.ModelAdmin):
+    form = ModelForm
     list_display = ("model_id", "owned_by", "quality_tier", "capability_list", "context_window")
     search_fields = ("model_id", "display_name", "owned_by")
     list_filter = ("owned_by", "quality_tier")
@@ -243,10 +306,11 @@ def _cells_from_post(
                 accepted = json.loads(raw) if raw else []
             except ValueError:
                 accepted = None
-            if not isinstance(accepted, list):
-                errors.append(
-                    f"{model.model_id}.{parameter}: accepted values must be a JSON list, like [1.0]"
-                )
+            problems = cell_problems(
+                parameter=parameter, support=support, accepted_values=accepted, max_value=None
+            )
+            if problems or not isinstance(accepted, list):
+                errors += [f"{model.model_id}.{problem}" for problem in problems]
                 continue
             cells[(model.model_id, parameter)] = Cell(Support(support), tuple(accepted))
     return cells, errors
@@ -255,13 +319,14 @@ def _cells_from_post(
 @admin.register(Offering)
 class OfferingAdmin(CatalogChangeMixin, admin.ModelAdmin):
     list_display = ("__str__", "upstream_model", "priority", "enabled", "routable")
+    list_select_related = ("vendor", "model")  # __str__ names both
     list_filter = ("vendor", "enabled")
     search_fields = ("model__model_id", "upstream_model", "vendor__name")
     inlines = (PriceInline,)
 
     @admin.display(description="routable now")
     def routable(self, obj: Offering) -> str:
-        for offering in build_snapshot().offerings:
+        for offering in _snapshot().offerings:
             if offering.offering_id == obj.pk:
                 return "yes" if offering.routable else f"no — {offering.unroutable_detail}"
         return "-"
@@ -271,13 +336,9 @@ class OfferingAdmin(CatalogChangeMixin, admin.ModelAdmin):
 class PriceAdmin(CatalogChangeMixin, admin.ModelAdmin):
     """Add-only: a price change is a new row, so the price of any past call can be found."""
 
-    list_display = (
-        "offering",
-        "effective_from",
-        "input_per_mtok_nanos",
-        "output_per_mtok_nanos",
-        "source",
-    )
+    form = PriceForm
+    list_display = ("offering", "effective_from", "input_usd", "output_usd", "source")
+    list_select_related = ("offering__vendor", "offering__model")
     list_filter = ("offering__vendor",)
     search_fields = ("offering__model__model_id", "source")
     date_hierarchy = "effective_from"
@@ -287,3 +348,11 @@ class PriceAdmin(CatalogChangeMixin, admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    @admin.display(description="input $/1M tokens", ordering="input_per_mtok_nanos")
+    def input_usd(self, obj: Price) -> str:
+        return nanos_to_usd_str(obj.input_per_mtok_nanos)
+
+    @admin.display(description="output $/1M tokens", ordering="output_per_mtok_nanos")
+    def output_usd(self, obj: Price) -> str:
+        return nanos_to_usd_str(obj.output_per_mtok_nanos)

@@ -10,6 +10,7 @@ admin and ``catalog load`` bump it). The version is checked at most every
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -20,7 +21,7 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
-from catalog import health
+from catalog import health, validation
 from catalog.models import Model, Offering, ParameterRule, Price, Vendor
 from catalog.routing import RoutingDecision, RoutingRequest, decide_route
 from catalog.types import (
@@ -35,6 +36,8 @@ from catalog.types import (
 from config import fastcache
 from config.db import db_async
 from money.pricing import PriceSnapshot
+
+log = logging.getLogger(__name__)
 
 VERSION_KEY = "catalog:version"
 _VERSION_TTL_S = None  # forever
@@ -163,21 +166,81 @@ def _model_view(model: Model, rules: list[ParameterRule]) -> ModelView:
     )
 
 
+def _rule_problems(rule: ParameterRule) -> list[str]:
+    return validation.cell_problems(
+        parameter=rule.parameter,
+        support=rule.support,
+        accepted_values=rule.accepted_values,
+        max_value=rule.max_value,
+    )
+
+
+def _price_problems(price: Price) -> list[str]:
+    amounts = (
+        price.input_per_mtok_nanos,
+        price.cached_input_per_mtok_nanos,
+        price.output_per_mtok_nanos,
+        price.per_mchar_nanos,
+        price.per_audio_second_nanos,
+    )
+    problems = validation.per_image_problems(price.per_image_nanos)
+    if any(amount < 0 for amount in amounts):
+        problems.append("a negative price")
+    return problems
+
+
+class _Skipped:
+    """The rows :func:`build_snapshot` leaves out, with why (logged once per build)."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def add(self, row: str, problems: list[str]) -> None:
+        self.problems.append(f"{row} left out of routing: {'; '.join(problems)}")
+
+
 def build_snapshot(*, version: str = "") -> CatalogSnapshot:
-    """Read the whole catalog into an immutable snapshot (four queries)."""
-    vendors = {v.name: _vendor_view(v) for v in Vendor.objects.all()}
+    """Read the whole catalog into an immutable snapshot (four queries).
+
+    A row that is invalid (:mod:`catalog.validation`: an unknown capability or matrix cell, a
+    malformed price …) is left out — a model without its bad row's offerings, an offering
+    without its bad price — and named in the snapshot's ``problems`` and the log, so one bad
+    row written past the admin's checks cannot fail every ``/v1`` call. Leaving out a bad
+    *cell* would route to a model whose limits are unknown, so its whole model is left out.
+    """
+    skipped = _Skipped()
+    vendors: dict[str, VendorView] = {}
+    for vendor_row in Vendor.objects.all():
+        if vendor_row.adapter_kind not in validation.KNOWN_ADAPTERS:
+            problem = f"unknown adapter {vendor_row.adapter_kind!r}"
+            skipped.add(f"vendor {vendor_row.name}", [problem])
+            continue
+        vendors[vendor_row.name] = _vendor_view(vendor_row)
     rules_by_model: dict[int, list[ParameterRule]] = defaultdict(list)
     for rule in ParameterRule.objects.all():
         rules_by_model[rule.model_id].append(rule)
-    models = {m.model_id: _model_view(m, rules_by_model[m.pk]) for m in Model.objects.all()}
+    models: dict[str, ModelView] = {}
+    for model in Model.objects.all():
+        problems = validation.model_row_problems(capabilities=model.capabilities, tasks=model.tasks)
+        problems += [p for r in rules_by_model[model.pk] for p in _rule_problems(r)]
+        if problems:
+            skipped.add(f"model {model.model_id}", problems)
+            continue
+        models[model.model_id] = _model_view(model, rules_by_model[model.pk])
     prices_by_offering: dict[int, list[tuple[datetime, PriceSnapshot]]] = defaultdict(list)
     for price in Price.objects.order_by("offering_id", "effective_from"):
+        problems = _price_problems(price)
+        if problems:
+            skipped.add(f"price #{price.pk} of offering #{price.offering_id}", problems)
+            continue
         prices_by_offering[price.offering_id].append((price.effective_from, price_snapshot(price)))
     offerings = []
     for offering in Offering.objects.select_related("vendor", "model").order_by(
         "model__model_id", "priority", "vendor__name"
     ):
-        vendor = vendors[offering.vendor.name]
+        vendor = vendors.get(offering.vendor.name)
+        if vendor is None or offering.model.model_id not in models:
+            continue  # its vendor or model was left out (and reported) above
         unroutable = _unroutable(offering, vendor)
         offerings.append(
             OfferingView(
@@ -196,12 +259,15 @@ def build_snapshot(*, version: str = "") -> CatalogSnapshot:
                 unroutable_permanent=unroutable.permanent if unroutable else False,
             )
         )
+    for problem in skipped.problems:
+        log.error("catalog: %s", problem)
     return CatalogSnapshot(
         version=version,
         built_at=timezone.now(),
         vendors=vendors,
         models=models,
         offerings=tuple(offerings),
+        problems=tuple(skipped.problems),
     )
 
 
@@ -326,3 +392,45 @@ def models_matching(
 def vendor_health_all(snapshot: CatalogSnapshot) -> dict[str, VendorHealth]:
     """Health of every vendor in ``snapshot`` (sync; admin and commands)."""
     return health.health_of(snapshot.vendors)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPrice:
+    """A listed model and its lowest token prices in force (nano-USD per 1M tokens; ``None``
+    when no routable offering has a price in force)."""
+
+    model_id: str
+    vendors: tuple[str, ...]
+    capabilities: tuple[str, ...]
+    context_window: int
+    input_per_mtok_nanos: int | None
+    output_per_mtok_nanos: int | None
+
+
+def prices_in_force(offerings: tuple[OfferingView, ...], *, at: datetime) -> list[PriceSnapshot]:
+    """The price each of ``offerings`` charges at ``at`` — the one rule routing prices its
+    candidates by (:meth:`OfferingView.price_at`: the latest row whose ``effective_from`` ≤
+    ``at``); offerings without a price in force are left out."""
+    return [p for p in (o.price_at(at) for o in offerings) if p is not None]
+
+
+def model_prices(*, at: datetime, snapshot: CatalogSnapshot | None = None) -> list[ModelPrice]:
+    """Every listed model with the lowest input / output price in force at ``at`` among its
+    routable offerings (what the dashboard's model lists show). A price row dated after ``at``
+    is not shown yet, exactly as routing does not charge it yet."""
+    snapshot = snapshot or catalog_snapshot_sync()
+    out: list[ModelPrice] = []
+    for model in listed_models(snapshot):
+        offerings = routable_offerings(snapshot, model.model_id)
+        prices = prices_in_force(offerings, at=at)
+        out.append(
+            ModelPrice(
+                model_id=model.model_id,
+                vendors=tuple(sorted({o.vendor for o in offerings})),
+                capabilities=tuple(sorted(model.capabilities)),
+                context_window=model.context_window,
+                input_per_mtok_nanos=min((p.input_per_mtok_nanos for p in prices), default=None),
+                output_per_mtok_nanos=min((p.output_per_mtok_nanos for p in prices), default=None),
+            )
+        )
+    return out

@@ -184,13 +184,18 @@ class OfferingView:
 
 @dataclass(frozen=True, slots=True)
 class CatalogSnapshot:
-    """The whole catalog, immutable, as the ``/v1`` hot path reads it (no DB per call)."""
+    """The whole catalog, immutable, as the ``/v1`` hot path reads it (no DB per call).
+
+    Invalid rows are not in it: they are named in ``problems`` instead."""
 
     version: str
     built_at: datetime
     vendors: Mapping[str, VendorView]
     models: Mapping[str, ModelView]
     offerings: tuple[OfferingView, ...]
+    # Catalog rows left out because they are invalid (for staff: which row, what is wrong);
+    # see :func:`catalog.selectors.build_snapshot`.
+    problems: tuple[str, ...] = ()
 
     def offerings_of(self, model_id: str) -> tuple[OfferingView, ...]:
         """Every offering of ``model_id`` (routable or not), in priority order."""

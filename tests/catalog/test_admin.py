@@ -134,3 +134,228 @@ def test_price_rows_are_history_not_edits(staff):
     price.refresh_from_db()
     assert price.source != "overwritten"
     assert response.status_code in (200, 403)
+
+
+# --- safety: values checked on save, prices in USD, one snapshot per page ---------------------
+
+
+def _model_form(model: Model, **changes: object) -> dict[str, object]:
+    data: dict[str, object] = {
+        "model_id": model.model_id,
+        "display_name": model.display_name,
+        "owned_by": model.owned_by,
+        "description": model.description,
+        "capabilities": list(model.capabilities),
+        "tasks": list(model.tasks),
+        "context_window": model.context_window,
+        "max_output_tokens": model.max_output_tokens,
+        "embedding_dimensions": model.embedding_dimensions or "",
+        "quality_tier": model.quality_tier,
+        "tokenizer": model.tokenizer,
+        "created_at_0": model.created_at.strftime("%Y-%m-%d"),
+        "created_at_1": model.created_at.strftime("%H:%M:%S"),
+    }
+    for prefix in ("parameter_rules", "offerings"):
+        data.update(
+            {
+                f"{prefix}-TOTAL_FORMS": "0",
+                f"{prefix}-INITIAL_FORMS": "0",
+                f"{prefix}-MIN_NUM_FORMS": "0",
+                f"{prefix}-MAX_NUM_FORMS": "1000",
+            }
+        )
+    data.update(changes)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("capabilities", ["chat", "5"]), ("capabilities", ["telepathy"]), ("tasks", ["juggling"])],
+)
+def test_an_unknown_capability_or_task_is_refused_on_save(staff, field, value):
+    client, _ = staff
+    model = Model.objects.get(model_id="gpt-4o")
+    before = (list(model.capabilities), list(model.tasks))
+    url = reverse("admin:catalog_model_change", args=[model.pk])
+    page = client.post(url, _model_form(model, **{field: value}))
+    assert page.status_code == 200  # the form again, with the error
+    assert page.context["adminform"].form.errors[field]
+    model.refresh_from_db()
+    assert (model.capabilities, model.tasks) == before
+
+
+def test_known_capabilities_and_tasks_save(staff):
+    client, _ = staff
+    model = Model.objects.get(model_id="gpt-4o")
+    url = reverse("admin:catalog_model_change", args=[model.pk])
+    page = client.post(url, _model_form(model, capabilities=["chat", "tools"], tasks=["coding"]))
+    assert page.status_code == 302, page.context["adminform"].form.errors
+    model.refresh_from_db()
+    assert (model.capabilities, model.tasks) == (["chat", "tools"], ["coding"])
+
+
+@pytest.mark.parametrize(
+    ("support", "accepted"), [("sometimes", "[]"), ("fails", '{"a": 1}'), ("fails", '"1.0"')]
+)
+def test_a_bad_matrix_cell_is_refused_in_the_model_form(staff, support, accepted):
+    client, _ = staff
+    model = Model.objects.get(model_id="gpt-4o")
+    url = reverse("admin:catalog_model_change", args=[model.pk])
+    data = _model_form(model)
+    data.update(
+        {
+            "parameter_rules-TOTAL_FORMS": "1",
+            "parameter_rules-0-parameter": "seed",
+            "parameter_rules-0-support": support,
+            "parameter_rules-0-accepted_values": accepted,
+            "parameter_rules-0-max_value": "",
+            "parameter_rules-0-note": "",
+        }
+    )
+    page = client.post(url, data)
+    assert page.status_code == 200
+    assert not ParameterRule.objects.filter(model=model, parameter="seed").exists()
+
+
+def test_a_price_is_typed_in_usd_and_stored_in_nanos(staff):
+    from catalog.models import Offering, Price
+
+    client, _ = staff
+    offering = Offering.objects.get(vendor__name="openai", model__model_id="gpt-4o")
+    page = client.post(
+        reverse("admin:catalog_price_add"),
+        {
+            "offering": offering.pk,
+            "effective_from_0": "2031-01-01",
+            "effective_from_1": "00:00:00",
+            "input_per_mtok_usd": "2.5",
+            "cached_input_per_mtok_usd": "1.25",
+            "output_per_mtok_usd": "0.000000001",
+            "per_mchar_usd": "0",
+            "per_audio_second_usd": "0",
+            "per_image_usd": '{"1024x1024/standard": "0.04"}',
+            "source": "admin test",
+        },
+    )
+    assert page.status_code == 302, page.context["adminform"].form.errors
+    price = Price.objects.get(source="admin test")
+    assert price.input_per_mtok_nanos == 2_500_000_000
+    assert price.cached_input_per_mtok_nanos == 1_250_000_000
+    assert price.output_per_mtok_nanos == 1
+    assert price.per_image_nanos == {"1024x1024/standard": 40_000_000}
+    listing = client.get(reverse("admin:catalog_price_changelist")).content.decode()
+    assert "2.5" in listing and "2500000000" not in listing
+
+
+def test_a_price_with_more_than_nine_decimals_is_refused(staff):
+    from catalog.models import Offering, Price
+
+    client, _ = staff
+    offering = Offering.objects.get(vendor__name="openai", model__model_id="gpt-4o")
+    page = client.post(
+        reverse("admin:catalog_price_add"),
+        {
+            "offering": offering.pk,
+            "effective_from_0": "2031-01-01",
+            "effective_from_1": "00:00:00",
+            "input_per_mtok_usd": "0.0000000001",
+            "cached_input_per_mtok_usd": "0",
+            "output_per_mtok_usd": "-1",
+            "per_mchar_usd": "0",
+            "per_audio_second_usd": "0",
+            "per_image_usd": "",
+            "source": "too precise",
+        },
+    )
+    assert page.status_code == 200
+    errors = page.context["adminform"].form.errors
+    assert "input_per_mtok_usd" in errors and "output_per_mtok_usd" in errors
+    assert not Price.objects.filter(source="too precise").exists()
+
+
+def test_an_invalid_row_is_a_warning_on_the_catalog_pages(staff):
+    client, _ = staff
+    Model.objects.filter(model_id="gpt-4o").update(capabilities=["chat", 5])
+    page = client.get(reverse("admin:catalog_offering_changelist")).content.decode()
+    assert "Invalid catalog row: model gpt-4o left out of routing" in page
+
+
+def _offering_changelist_queries(client: Client) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get(reverse("admin:catalog_offering_changelist"))
+    assert page.status_code == 200
+    return len(queries)
+
+
+def _more_offerings(count: int) -> None:
+    from catalog.models import Offering, Vendor
+
+    vendor = Vendor.objects.get(name="openai")
+    for i in range(count):
+        model = Model.objects.create(model_id=f"extra-{i}", owned_by="tests", capabilities=["chat"])
+        Offering.objects.create(model=model, vendor=vendor, upstream_model=f"extra-{i}")
+
+
+def test_offering_list_queries_do_not_grow_with_its_rows(staff):
+    client, _ = staff
+    _offering_changelist_queries(client)  # warm: session, content types
+    few = _offering_changelist_queries(client)
+    _more_offerings(15)
+    assert _offering_changelist_queries(client) == few
+
+
+def test_vendor_list_queries_do_not_grow_with_its_rows(staff):
+    from catalog.models import Vendor
+
+    client, _ = staff
+    url = reverse("admin:catalog_vendor_changelist")
+    client.get(url)
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as before:
+        client.get(url)
+    for i in range(6):
+        Vendor.objects.create(
+            name=f"extra-{i}", adapter_kind="openai", base_url="http://127.0.0.1:9/v1"
+        )
+    with CaptureQueriesContext(connection) as after:
+        client.get(url)
+    assert len(after) == len(before)
+
+
+def test_an_organization_page_links_to_its_wallet_ledger_keys_and_members(staff):
+    from accounts.services import organization_create
+    from billing.models import Wallet
+
+    client, user = staff
+    org = organization_create(name="Linked Co", owner=user)
+    wallet = Wallet.objects.get(organization=org)
+    page = client.get(reverse("admin:accounts_organization_change", args=[org.pk]))
+    html = page.content.decode()
+    assert reverse("admin:billing_wallet_change", args=[wallet.pk]) in html
+    ledger = f"{reverse('admin:billing_ledgerentry_changelist')}?wallet__id__exact={wallet.pk}"
+    assert ledger in html
+    keys = f"{reverse('admin:accounts_apikey_changelist')}?organization__id__exact={org.pk}"
+    assert keys in html
+    assert 'href="#memberships-group"' in html
+    for url in (ledger, keys):  # the filters are ones the admin accepts
+        assert client.get(url).status_code == 200
+
+
+def test_an_offering_page_shows_its_price_history_in_usd(staff):
+    from catalog.models import Offering
+
+    client, _ = staff
+    offering = Offering.objects.filter(prices__isnull=False).first()
+    assert offering is not None
+    price = offering.prices.order_by("-effective_from").first()
+    page = client.get(reverse("admin:catalog_offering_change", args=[offering.pk]))
+    assert page.status_code == 200
+    from money.usd import nanos_to_usd_str
+
+    assert nanos_to_usd_str(price.input_per_mtok_nanos) in page.content.decode()
+    assert f">{price.input_per_mtok_nanos}<" not in page.content.decode()

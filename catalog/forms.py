@@ -1,0 +1,166 @@
+"""The admin's forms for catalog rows: values checked against the known sets on save
+(:mod:`catalog.validation`), prices typed in USD and stored as integer nano-USD."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+
+from catalog import validation
+from catalog.models import Capability, Model, ParameterRule, Price
+from money.usd import nanos_to_usd_str, usd_to_nanos
+
+
+def _known_tasks() -> frozenset[str]:
+    """The task tags the admin offers: :data:`~catalog.validation.KNOWN_TASKS` and every tag
+    the catalog already uses (so editing a model never drops a tag a document brought)."""
+    in_use = {
+        t
+        for tasks in Model.objects.values_list("tasks", flat=True)
+        if isinstance(tasks, list)
+        for t in tasks
+        if isinstance(t, str)
+    }
+    return validation.KNOWN_TASKS | in_use
+
+
+class ModelForm(forms.ModelForm):
+    """A model row: capabilities and tasks are picked from the known sets (never typed)."""
+
+    capabilities = forms.MultipleChoiceField(
+        choices=Capability.choices, widget=forms.CheckboxSelectMultiple, required=False
+    )
+    tasks = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False)
+
+    class Meta:
+        model = Model
+        fields = (
+            "model_id",
+            "display_name",
+            "owned_by",
+            "description",
+            "capabilities",
+            "tasks",
+            "context_window",
+            "max_output_tokens",
+            "embedding_dimensions",
+            "quality_tier",
+            "tokenizer",
+            "created_at",
+        )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.known_tasks = _known_tasks()
+        tasks = self.fields["tasks"]
+        assert isinstance(tasks, forms.MultipleChoiceField)
+        tasks.choices = [(t, t) for t in sorted(self.known_tasks)]
+
+    def clean_capabilities(self) -> list[str]:
+        value = list(self.cleaned_data.get("capabilities") or [])
+        problems = validation.capabilities_problems(value)
+        if problems:
+            raise forms.ValidationError(problems)
+        return value
+
+    def clean_tasks(self) -> list[str]:
+        value = list(self.cleaned_data.get("tasks") or [])
+        problems = validation.tasks_problems(value, known=self.known_tasks)
+        if problems:
+            raise forms.ValidationError(problems)
+        return value
+
+
+class ParameterRuleForm(forms.ModelForm):
+    """One matrix cell; the parameter and support come from their choices, the accepted
+    values must be a JSON list of plain values."""
+
+    class Meta:
+        model = ParameterRule
+        fields = ("parameter", "support", "accepted_values", "max_value", "note")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if "parameter" in data and "support" in data:
+            problems = validation.cell_problems(
+                parameter=data["parameter"],
+                support=data["support"],
+                accepted_values=data.get("accepted_values") or [],
+                max_value=data.get("max_value"),
+            )
+            if problems:
+                raise forms.ValidationError(problems)
+        return data
+
+
+_USD_FIELDS = {
+    "input_per_mtok_usd": ("input_per_mtok_nanos", "Input, USD per 1M tokens"),
+    "cached_input_per_mtok_usd": ("cached_input_per_mtok_nanos", "Cached input, USD per 1M tokens"),
+    "output_per_mtok_usd": ("output_per_mtok_nanos", "Output, USD per 1M tokens"),
+    "per_mchar_usd": ("per_mchar_nanos", "Speech, USD per 1M characters"),
+    "per_audio_second_usd": ("per_audio_second_nanos", "Audio, USD per second"),
+}
+USD_FIELD_NAMES = (*_USD_FIELDS, "per_image_usd")
+
+
+def _usd_field(label: str) -> forms.DecimalField:
+    return forms.DecimalField(
+        label=label, min_value=Decimal(0), max_digits=18, decimal_places=9, initial=Decimal(0)
+    )
+
+
+class PriceForm(forms.ModelForm):
+    """A new price row, typed in USD (up to nine decimals: exact in nano-USD)."""
+
+    input_per_mtok_usd = _usd_field(_USD_FIELDS["input_per_mtok_usd"][1])
+    cached_input_per_mtok_usd = _usd_field(_USD_FIELDS["cached_input_per_mtok_usd"][1])
+    output_per_mtok_usd = _usd_field(_USD_FIELDS["output_per_mtok_usd"][1])
+    per_mchar_usd = _usd_field(_USD_FIELDS["per_mchar_usd"][1])
+    per_audio_second_usd = _usd_field(_USD_FIELDS["per_audio_second_usd"][1])
+    per_image_usd = forms.JSONField(
+        label="Images, USD each",
+        required=False,
+        initial=dict,
+        help_text='{"1024x1024/standard": "0.04", "*": "0.08"} — "*" is any other size/quality.',
+    )
+
+    class Meta:
+        model = Price
+        fields = ("offering", "effective_from", "source")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            for name, (column, _) in _USD_FIELDS.items():
+                self.initial[name] = nanos_to_usd_str(getattr(self.instance, column))
+            per_image = self.instance.per_image_nanos or {}
+            self.initial["per_image_usd"] = {
+                k: nanos_to_usd_str(int(v)) for k, v in per_image.items()
+            }
+
+    def clean_per_image_usd(self) -> dict[str, int]:
+        """``{"<size>/<quality>": "0.04"}`` → nano-USD per image."""
+        value = self.cleaned_data.get("per_image_usd") or {}
+        if not isinstance(value, dict):
+            raise forms.ValidationError('Write a mapping like {"1024x1024/standard": "0.04"}.')
+        out: dict[str, int] = {}
+        for key, amount in value.items():
+            try:
+                nanos = usd_to_nanos(Decimal(str(amount)))
+            except (ValueError, ArithmeticError):
+                raise forms.ValidationError(f"{key}: {amount!r} is not an amount in USD") from None
+            if nanos < 0:
+                raise forms.ValidationError(f"{key}: a price cannot be negative")
+            out[str(key)] = nanos
+        return out
+
+    def save(self, commit: bool = True) -> Price:
+        price: Price = super().save(commit=False)
+        for name, (column, _) in _USD_FIELDS.items():
+            setattr(price, column, usd_to_nanos(self.cleaned_data[name]))
+        price.per_image_nanos = self.cleaned_data.get("per_image_usd") or {}
+        if commit:
+            price.save()
+        return price
