@@ -32,6 +32,13 @@ class Capability(models.TextChoices):
     TRANSCRIPTION = "transcription", "Speech to text"
     MODERATION = "moderation", "Moderation"
     RESPONSES = "responses", "Responses API"
+    # vLLM's / SGLang's own request fields: a request that sets one is routed only to models that
+    # list it (inference/chat/validation.py: VLLM_EXTRAS).
+    MIN_P = "min_p", "min_p sampling (vLLM, SGLang)"
+    GUIDED_JSON = "guided_json", "guided decoding by JSON schema (vLLM)"
+    GUIDED_REGEX = "guided_regex", "guided decoding by regex (vLLM)"
+    GUIDED_CHOICE = "guided_choice", "guided decoding by choice list (vLLM)"
+    GUIDED_GRAMMAR = "guided_grammar", "guided decoding by grammar (vLLM)"
 
 
 class Parameter(models.TextChoices):

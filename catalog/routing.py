@@ -65,11 +65,21 @@ _CAPABILITY_PARAM = {
     "vision": "messages",
     "tools": "tools",
     "json_mode": "response_format",
+    "min_p": "min_p",
+    "guided_json": "guided_json",
+    "guided_regex": "guided_regex",
+    "guided_choice": "guided_choice",
+    "guided_grammar": "guided_grammar",
 }
 _CAPABILITY_WORDS = {
     "vision": "image input",
     "tools": "tool calling",
     "json_mode": "JSON output (response_format json_object / json_schema)",
+    "min_p": "'min_p' (a vLLM sampling field)",
+    "guided_json": "'guided_json' (vLLM guided decoding)",
+    "guided_regex": "'guided_regex' (vLLM guided decoding)",
+    "guided_choice": "'guided_choice' (vLLM guided decoding)",
+    "guided_grammar": "'guided_grammar' (vLLM guided decoding)",
 }
 
 # Used for cost ranking when the caller passes no expected usage.

@@ -51,6 +51,11 @@ _PASSTHROUGH = {
     "top_k",
     "repetition_penalty",
 }
+# vLLM's (and SGLang's) own sampling and guided-decoding fields, forwarded as they are. Each is
+# also a catalog capability of the same name: only models whose entry lists it are routed to, so
+# a vendor that would refuse or ignore the field never sees it.
+VLLM_EXTRAS = ("min_p", "guided_json", "guided_regex", "guided_choice", "guided_grammar")
+_GUIDED = VLLM_EXTRAS[1:]
 # OpenAI fields that are accepted and not forwarded (they do not change the completion here).
 _ACCEPTED_NOT_FORWARDED = {
     "metadata",
@@ -449,6 +454,37 @@ def _check_misc(data: dict[str, Any]) -> None:
     _check_accepted_extras(data)
 
 
+def _check_vllm_extras(data: dict[str, Any]) -> set[str]:
+    """Type and range of vLLM's extra fields (see :data:`VLLM_EXTRAS`); returns the ones set,
+    which are the capabilities the request needs. At most one guided-decoding field, as vLLM."""
+    number(data, "min_p", 0, 1)
+    guided = [name for name in _GUIDED if data.get(name) is not None]
+    if len(guided) > 1:
+        raise InvalidRequest(
+            f"Use one kind of guided decoding, not both '{guided[0]}' and '{guided[1]}'.",
+            code="invalid_value",
+            param=guided[1],
+        )
+    schema = data.get("guided_json")
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError:
+            schema = None
+    if data.get("guided_json") is not None and not isinstance(schema, dict):
+        raise invalid_type("guided_json", "a JSON schema (an object, or a string holding one)")
+    for name in ("guided_regex", "guided_grammar"):
+        value = data.get(name)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise invalid_type(name, "a non-empty string")
+    choices = data.get("guided_choice")
+    if choices is not None and (
+        not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices)
+    ):
+        raise invalid_type("guided_choice", "a non-empty array of strings")
+    return {name for name in VLLM_EXTRAS if data.get(name) is not None}
+
+
 def _check_accepted_extras(data: dict[str, Any]) -> None:
     """OpenAI fields accepted as OpenAI accepts them, though they change nothing here."""
     for name, allowed in (("reasoning_effort", _REASONING_EFFORTS), ("verbosity", _VERBOSITIES)):
@@ -591,7 +627,8 @@ def parse_chat_request(data: dict[str, Any]) -> ChatRequest:
 
 
 def _parse(data: dict[str, Any], *, legacy: bool) -> ChatRequest:
-    unknown = sorted(set(data) - _PASSTHROUGH - _ACCEPTED_NOT_FORWARDED - _EXTENSIONS)
+    known = _PASSTHROUGH | _ACCEPTED_NOT_FORWARDED | _EXTENSIONS | set(VLLM_EXTRAS)
+    unknown = sorted(set(data) - known)
     if unknown:
         raise InvalidRequest(
             f"Unrecognized request argument supplied: {unknown[0]}",
@@ -613,15 +650,18 @@ def _parse(data: dict[str, Any], *, legacy: bool) -> ChatRequest:
     tool_names = _check_tools(data)
     json_mode = _check_response_format(data)
     _check_misc(data)
+    extras = _check_vllm_extras(data)
 
-    capabilities = {"chat"}
+    capabilities = {"chat", *extras}
     if has_image:
         capabilities.add("vision")
     if tool_names:
         capabilities.add("tools")
     if json_mode:
         capabilities.add("json_mode")
-    payload = {k: v for k, v in data.items() if k in _PASSTHROUGH and v is not None}
+    payload = {
+        k: v for k, v in data.items() if (k in _PASSTHROUGH or k in extras) and v is not None
+    }
     # 0 penalties are accepted and mean "off": never forward them.
     payload.pop("presence_penalty", None)
     payload.pop("frequency_penalty", None)
