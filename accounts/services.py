@@ -116,6 +116,20 @@ def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
     return api_key
 
 
+def api_key_roll(*, api_key: ApiKey, expires_at: datetime | None = None) -> tuple[ApiKey, str]:
+    """Give ``api_key`` a new secret (same row, name, limits and usage history; a revoked key
+    is reactivated); returns the row and the new full key. The old secret stops working at
+    once in every process (its cached lookup is deleted)."""
+    old_hash = api_key.key_hash
+    raw = keys.generate()
+    api_key.prefix, api_key.last_four, api_key.key_hash = raw[:8], raw[-4:], keys.hash_key(raw)
+    api_key.expires_at = expires_at
+    api_key.revoked_at = None
+    api_key.save(update_fields=["prefix", "last_four", "key_hash", "expires_at", "revoked_at"])
+    api_key_cache_forget(key_hash=old_hash)
+    return api_key, raw
+
+
 def api_key_update(
     *, api_key: ApiKey, name: str | None = None, expires_at: datetime | None = None
 ) -> ApiKey:

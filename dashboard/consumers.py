@@ -1,7 +1,9 @@
-"""The live websocket: ``/ws/o/<slug>/live/`` streams ``dashboard.live`` events to members."""
+"""The live websocket: ``/ws/o/<slug>/live/`` turns an organization's :mod:`config.live`
+announcements into what its open pages show, for members only."""
 
 from __future__ import annotations
 
+import asyncio
 from importlib import import_module
 from typing import Any
 
@@ -10,14 +12,28 @@ from django.conf import settings
 from django.contrib import auth
 
 from accounts.models import Membership, Organization, User
+from billing.selectors import wallet_summary
 from config.db import db_async
-from dashboard.live import balance_payload, group_name
+from config.live import group_name
 from dashboard.permissions import SEE_BILLING
 from dashboard.templatetags.dashboard import usd
+from inference.selectors import request_recorded
 
 BALANCE_KEYS = ("balance_nanos", "balance_display", "available_display", "held_display")
 # Closed by the server: the session ended or the membership is gone (the page should reload).
 CLOSE_FORBIDDEN = 4403
+
+
+def balance_payload(*, organization_id: int) -> dict[str, Any]:
+    """The ``balance`` event of an organization's wallet as it is now (one or two queries)."""
+    summary = wallet_summary(organization_id=organization_id)
+    return {
+        "kind": "balance",
+        "balance_nanos": summary.balance_nanos,
+        "balance_display": usd(summary.balance_nanos),
+        "available_display": usd(summary.available_nanos),
+        "held_display": usd(summary.held_nanos),
+    }
 
 
 class _SessionRequest:
@@ -75,6 +91,23 @@ def access_now(session_key: str | None, user_id: int, organization_id: int) -> b
 _access_on_connect = db_async(access_on_connect)
 _access_now = db_async(access_now)
 _balance_payload = db_async(balance_payload)
+_request_recorded = db_async(request_recorded)
+
+# How long a usage event waits for its request-log row to be committed before it is forwarded
+# anyway (the request path announces a call while its row is still being written).
+RECORD_WAIT_S = 3.0
+_RECORD_POLL_S = 0.05
+
+
+async def _recorded(organization_id: int, request_id: str) -> bool:
+    """Wait until the call's row is readable (so a page re-reading itself now shows it)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + RECORD_WAIT_S
+    while not await _request_recorded(organization_id=organization_id, request_id=request_id):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(_RECORD_POLL_S)
+    return True
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -123,8 +156,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         kind = payload.get("kind")
         if kind == "balance" and not may_see_billing:
             return
-        if kind == "usage" and "cost_display" not in payload:
-            payload["cost_display"] = usd(int(payload.get("cost_nanos") or 0))
+        if kind == "usage":
+            await _recorded(self.organization_id, str(payload.get("request_id") or ""))
+            payload.setdefault("cost_display", usd(int(payload.get("cost_nanos") or 0)))
         if kind != "wallet_changed":
             await self.send_json(payload)
         if kind in ("usage", "wallet_changed") and may_see_billing:

@@ -12,9 +12,9 @@ import io
 from collections.abc import Iterator
 from datetime import date, datetime
 
-from dashboard import selectors
-from dashboard.selectors import Dimension, LogFilters, UsageRow
 from dashboard.statements import csv_text
+from inference import selectors
+from inference.selectors import Dimension, LogFilters, UsageRow
 from money.usd import nanos_to_usd_str
 
 PAGE = 1000

@@ -8,19 +8,23 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.contrib.sessions.backends.base import SessionBase
 from django.core import signing
 from django.core.mail import send_mail
 from django.db import transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from accounts import keys
 from accounts.models import ApiKey, Invitation, Organization, Project, User
-from accounts.services import api_key_create, organization_create, user_create
+from accounts.services import api_key_create, api_key_roll, organization_create, user_create
 from billing.services.starter import starter_credit_on_verified as _starter_on_verified
 
 VERIFY_SALT = "dashboard.verify-email"
 VERIFY_MAX_AGE_S = 3 * 24 * 3600
-PLAYGROUND_KEY_TTL = timedelta(hours=1)
+PLAYGROUND_KEY_TTL = timedelta(hours=8)
+PLAYGROUND_KEY_MIN_LEFT = timedelta(minutes=10)  # a key closer to expiry gets a new secret
+PLAYGROUND_SESSION_KEY = "playground_keys"
 
 
 def signup(*, email: str, password: str, organization_name: str) -> User:
@@ -68,14 +72,51 @@ def invitation_email_send(*, invitation: Invitation, accept_url: str) -> None:
     )
 
 
-def playground_key_create(*, project: Project, user: User) -> tuple[ApiKey, str]:
-    """A key for the playground that expires in an hour; returns the row and the full key."""
-    return api_key_create(
-        project=project,
-        name=f"playground ({user.email})",
-        expires_at=timezone.now() + PLAYGROUND_KEY_TTL,
-        created_by=user,
+def _playground_key_name(user: User) -> str:
+    return f"playground ({user.email})"
+
+
+def playground_key(*, project: Project, user: User, session: SessionBase) -> tuple[ApiKey, str]:
+    """The playground key of ``user`` in ``project`` and its full value, for this browser
+    session: one key row per user and project, ever.
+
+    The full key is kept in the user's server-side session (whoever holds that session may
+    mint keys anyway), so reloads and later visits reuse it. Without it there (another
+    browser, a new login) or once the key is revoked or about to expire, the same row gets a
+    new secret valid for :data:`PLAYGROUND_KEY_TTL` (the old one stops working at once).
+    """
+    now = timezone.now()
+    api_key = (
+        ApiKey.objects.filter(project=project, created_by=user, name=_playground_key_name(user))
+        .order_by("pk")
+        .first()
     )
+    held: dict[str, str] = session.get(PLAYGROUND_SESSION_KEY, {}).get(str(project.pk), {})
+    usable = (
+        api_key is not None
+        and api_key.revoked_at is None
+        and api_key.expires_at is not None
+        and api_key.expires_at > now + PLAYGROUND_KEY_MIN_LEFT
+        and held.get("id") == str(api_key.pk)
+        and keys.hash_key(held.get("raw", "")) == api_key.key_hash
+    )
+    if usable:
+        assert api_key is not None
+        return api_key, held["raw"]
+    if api_key is None:
+        api_key, raw = api_key_create(
+            project=project,
+            name=_playground_key_name(user),
+            expires_at=now + PLAYGROUND_KEY_TTL,
+            created_by=user,
+        )
+    else:
+        api_key, raw = api_key_roll(api_key=api_key, expires_at=now + PLAYGROUND_KEY_TTL)
+    session[PLAYGROUND_SESSION_KEY] = {
+        **session.get(PLAYGROUND_SESSION_KEY, {}),
+        str(project.pk): {"id": str(api_key.pk), "raw": raw},
+    }
+    return api_key, raw
 
 
 def organization_create_for(*, user: User, name: str) -> Organization:

@@ -18,7 +18,7 @@ from reportlab.lib.styles import getSampleStyleSheet
 from reportlab.lib.units import mm
 from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
-from dashboard.billing_reads import Statement
+from billing.selectors import Statement
 from money.usd import nanos_to_usd_str
 
 

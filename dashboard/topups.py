@@ -16,7 +16,7 @@ from billing.services import cards
 from billing.services.recharge import auto_recharge_configure
 from billing.services.topups import topup_checkout_start
 from billing.stripe_gateway import StripeFailure
-from dashboard.billing_reads import wallet_summary
+from dashboard.selectors import wallet_summary
 from money.usd import usd_to_nanos
 
 UNAVAILABLE = "Payments are unavailable right now; nothing was charged. Try again later."

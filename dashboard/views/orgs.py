@@ -30,7 +30,7 @@ from accounts.services import (
     membership_change_role,
     membership_remove,
 )
-from dashboard import billing_reads, selectors, services
+from dashboard import selectors, services
 from dashboard.forms import InviteForm, OrganizationForm, RoleForm
 from dashboard.permissions import MANAGE_ORG, OrgContext, org_view
 from dashboard.views.common import raise_404, render_org
@@ -62,12 +62,12 @@ def org_switch(request: HttpRequest) -> HttpResponse:
 def overview(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
     summary = selectors.overview_summary(organization=ctx.organization)
     balance = (
-        billing_reads.wallet_summary(organization=ctx.organization).balance_nanos
+        selectors.wallet_summary(organization=ctx.organization).balance_nanos
         if ctx.can_see_billing
         else None
     )
     needs_credit = (
-        billing_reads.wallet_summary(organization=ctx.organization).available_nanos < NANOS_PER_CENT
+        selectors.wallet_summary(organization=ctx.organization).available_nanos < NANOS_PER_CENT
     )
     return render_org(
         request,

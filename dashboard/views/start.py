@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
-from dashboard import billing_reads, catalog_reads, selectors
+from dashboard import selectors
 from dashboard.permissions import OrgContext, org_view
 from dashboard.views.common import render_org
 from money.usd import NANOS_PER_CENT
@@ -17,7 +17,7 @@ LOW_BALANCE_NANOS = NANOS_PER_CENT
 
 def needs_credit(*, ctx: OrgContext) -> bool:
     """Whether the organization's available balance cannot cover a call."""
-    summary = billing_reads.wallet_summary(organization=ctx.organization)
+    summary = selectors.wallet_summary(organization=ctx.organization)
     return summary.available_nanos < LOW_BALANCE_NANOS
 
 
@@ -30,7 +30,7 @@ def getting_started(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
         "dashboard/getting_started.html",
         {
             "base_url": settings.INFRAI_PUBLIC_BASE_URL,
-            "models": catalog_reads.model_prices(),
+            "models": selectors.model_prices(),
             "needs_credit": needs_credit(ctx=ctx),
             "has_key": overview.active_key_count > 0,
             "has_project": overview.project_count > 0,

@@ -9,13 +9,14 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.utils.http import urlencode
 
 from accounts.selectors import api_keys_for_organization
-from dashboard import exports, selectors
+from dashboard import exports
 from dashboard.charts import Bar, bar_chart_svg
 from dashboard.forms import DateRangeForm, LogFilterForm
 from dashboard.permissions import OrgContext, org_view
-from dashboard.selectors import Dimension, LogFilters, day_bounds
 from dashboard.templatetags.dashboard import usd
 from dashboard.views.common import raise_404, render_org
+from inference import selectors as calls
+from inference.selectors import Dimension, LogFilters, day_bounds
 
 LOG_PAGE = 50
 BREAKDOWNS: tuple[tuple[str, Dimension], ...] = (
@@ -31,12 +32,12 @@ def usage(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
     start, end = form.range()
     lo, hi = day_bounds(start, end)
     org_id = ctx.organization.pk
-    days = selectors.usage_by_day(organization_id=org_id, start=start, end=end)
+    days = calls.usage_by_day(organization_id=org_id, start=start, end=end)
     breakdowns = {
-        title: selectors.usage_by(organization_id=org_id, dimension=dim, start=lo, end=hi)
+        title: calls.usage_by(organization_id=org_id, dimension=dim, start=lo, end=hi)
         for title, dim in BREAKDOWNS
     }
-    totals = selectors.usage_totals(organization_id=org_id, start=lo, end=hi)
+    totals = calls.usage_totals(organization_id=org_id, start=lo, end=hi)
     cost_chart = bar_chart_svg(
         [Bar(d.label, d.cost_nanos, usd(d.cost_nanos)) for d in days],
         title=f"Cost per day, {start} to {end}",
@@ -58,7 +59,7 @@ def usage(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
             "breakdowns": breakdowns,
             "cost_chart": cost_chart,
             "token_chart": token_chart,
-            "latest": selectors.request_log(
+            "latest": calls.request_log(
                 organization_id=org_id, start=lo, end=hi, filters=LogFilters(), limit=10
             ),
         },
@@ -69,7 +70,7 @@ def _log_filters(
     request: HttpRequest, ctx: OrgContext
 ) -> tuple[LogFilterForm, LogFilters, dict[str, Any]]:
     keys = api_keys_for_organization(organization=ctx.organization)
-    form = LogFilterForm(request.GET or None, keys=keys, statuses=selectors.STATUS_FILTER_CHOICES)
+    form = LogFilterForm(request.GET or None, keys=keys, statuses=calls.STATUS_FILTER_CHOICES)
     data = form.cleaned_data if form.is_valid() else {}
     filters = LogFilters(
         status=data.get("status") or "",
@@ -85,7 +86,7 @@ def request_log(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
     form, filters, data = _log_filters(request, ctx)
     start, end = form.range()
     lo, hi = day_bounds(start, end)
-    rows = selectors.request_log(
+    rows = calls.request_log(
         organization_id=ctx.organization.pk,
         start=lo,
         end=hi,
@@ -99,7 +100,7 @@ def request_log(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
         params = {k: request.GET.get(k, "") for k in request.GET if k != "before"}
         params["before"] = str(rows[-1].pk)
         next_url = "?" + urlencode(params)
-    choices = selectors.log_filter_choices(organization_id=ctx.organization.pk, start=lo, end=hi)
+    choices = calls.log_filter_choices(organization_id=ctx.organization.pk, start=lo, end=hi)
     return render_org(
         request,
         ctx,
@@ -161,7 +162,7 @@ def usage_export(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
 
 @org_view()
 def request_detail(request: HttpRequest, ctx: OrgContext, request_id: str) -> HttpResponse:
-    row = selectors.request_log_get(organization_id=ctx.organization.pk, request_id=request_id)
+    row = calls.request_log_get(organization_id=ctx.organization.pk, request_id=request_id)
     if row is None:
         raise_404()
     routing_json = json.dumps(row.routing, indent=2, sort_keys=True)

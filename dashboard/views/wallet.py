@@ -13,7 +13,7 @@ from django.shortcuts import redirect
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from dashboard import billing_reads, statements, topups
+from dashboard import selectors, statements, topups
 from dashboard.forms import AutoRechargeForm, StatementForm, TopUpForm
 from dashboard.permissions import SEE_BILLING, OrgContext, org_view
 from dashboard.views.common import render_org
@@ -44,10 +44,10 @@ def _wallet_page(
     status: int = 200,
 ) -> HttpResponse:
     org = ctx.organization
-    summary = billing_reads.wallet_summary(organization=org)
+    summary = selectors.wallet_summary(organization=org)
     before = _int_param(request, "before")
     page_size = 25
-    entries = billing_reads.ledger_page(organization=org, before_id=before, limit=page_size + 1)
+    entries = selectors.ledger_page(organization=org, before_id=before, limit=page_size + 1)
     has_more = len(entries) > page_size
     entries = entries[:page_size]
     today = timezone.now().date()
@@ -57,7 +57,7 @@ def _wallet_page(
         "dashboard/wallet.html",
         {
             "summary": summary,
-            "holds": billing_reads.open_holds(organization=org),
+            "holds": selectors.open_holds(organization=org),
             "entries": entries,
             "next_before": entries[-1].pk if has_more else None,
             "topup_form": topup_form or TopUpForm(),
@@ -176,7 +176,7 @@ def statement(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
         messages.error(request, "Pick a month for the statement.")
         return redirect("dashboard:wallet", slug=ctx.organization.slug)
     month = form.cleaned_data["month"]
-    data = billing_reads.statement(organization=ctx.organization, month=month)
+    data = selectors.statement(organization=ctx.organization, month=month)
     name = f"infrai-statement-{ctx.organization.slug}-{month:%Y-%m}"
     if form.cleaned_data["format"] == "pdf":
         response = HttpResponse(statements.statement_pdf(data), content_type="application/pdf")

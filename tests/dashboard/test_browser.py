@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +28,7 @@ from django.core import mail
 from django.test import Client
 from playwright.sync_api import BrowserContext, Page, Route, expect
 
-from accounts.models import Membership, Organization, Role, User
+from accounts.models import ApiKey, Membership, Organization, Role, User
 from accounts.services import api_key_create, membership_set, project_create
 from billing import stripe_gateway
 from billing.models import Wallet
@@ -296,6 +298,14 @@ def test_signup_to_first_call_live_usage_and_a_checkout_top_up(
     assert copied == key_text and copied.startswith("ifr_")
     page.screenshot(path=shots / "key-created.png", full_page=True)
 
+    # The first call, with nothing but the dashboard: the playground, on the starter credit.
+    page.get_by_role("link", name="Playground").click()
+    page.get_by_role("button", name="Open the playground").click()
+    page.get_by_label("Model or routing mode").select_option("demo-chat")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator("#answer-meta")).to_contain_text("vendor demo")
+    assert page.locator("#conversation li[data-role=assistant]").inner_text().strip()
+
     # The copied key works with the official SDK.
     client = openai.OpenAI(base_url=f"{live_url}/v1", api_key=copied, max_retries=0)
     assert "demo-chat" in [m.id for m in client.models.list()]
@@ -341,7 +351,7 @@ def test_signup_to_first_call_live_usage_and_a_checkout_top_up(
     # A chat completion with the SDK appears on the usage page without a reload.
     page.get_by_role("link", name="Usage").click()
     expect(page.locator("body[data-live=on]")).to_be_attached()
-    expect(page.get_by_test_id("total-requests")).to_have_text("1")
+    expect(page.get_by_test_id("total-requests")).to_have_text("2")  # playground + SDK
     reply = client.chat.completions.create(
         model="demo-chat", messages=[{"role": "user", "content": "Hello there"}]
     )
@@ -349,9 +359,9 @@ def test_signup_to_first_call_live_usage_and_a_checkout_top_up(
     live_row = page.locator("table[data-live-log] tbody tr").first
     expect(live_row).to_contain_text("demo-chat")
     expect(live_row).to_contain_text("demo")
-    expect(page.get_by_test_id("total-requests")).to_have_text("2")
+    expect(page.get_by_test_id("total-requests")).to_have_text("3")
     page.reload()
-    expect(page.get_by_test_id("total-requests")).to_have_text("2")
+    expect(page.get_by_test_id("total-requests")).to_have_text("3")
     page.screenshot(path=shots / "usage.png", full_page=True)
 
     page.get_by_role("link", name="Wallet").click()
@@ -522,14 +532,172 @@ def test_main_pages_render_in_the_browser_without_errors(
     expect(page.get_by_text("balanced: best quality per price").first).to_be_visible()
     page.screenshot(path=shots / "request-detail.png", full_page=True)
 
-    page.goto(f"/o/{org.slug}/playground/")
-    page.get_by_role("button", name="Start a playground session").click()
-    page.get_by_label("Model or routing mode").select_option("demo-chat")
-    page.get_by_role("button", name="Send").click()
-    expect(page.locator("#answer-meta")).to_contain_text("vendor demo")
-    assert page.locator("#answer").inner_text().strip()
-    page.screenshot(path=shots / "playground.png", full_page=True)
     assert errors == []
+
+
+def _funded_organization(slug: str, *, credit_nanos: int = 5 * 10**9) -> tuple[User, Organization]:
+    from billing.models import EntryKind
+    from billing.services import wallet_credit
+
+    owner = User.objects.create_user(f"{slug}@example.com", "pw-owner-123", email_verified=True)
+    org = Organization.objects.create(name=slug.title(), slug=slug)
+    membership_set(organization=org, user=owner, role=Role.OWNER)
+    wallet_credit(
+        organization=org,
+        amount_nanos=credit_nanos,
+        kind=EntryKind.TOPUP,
+        idempotency_key=f"{slug}-credit",
+        description="Top-up",
+    )
+    return owner, org
+
+
+def test_the_playground_talks_in_turns_and_shows_the_exact_request_as_code(
+    page: Page,
+    context: BrowserContext,
+    live_url: str,
+    demo_catalog: None,
+    fake_vendor: FakeVendor,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    shots: Path,
+) -> None:
+    settings.INFRAI_PUBLIC_BASE_URL = f"{live_url}/v1"  # what the snippets call
+    owner, org = _funded_organization("play")
+    project_create(organization=org, name="Sandbox")
+    _login(context, live_url, owner)
+    fake_vendor.requests.clear()
+
+    page.goto(f"/o/{org.slug}/playground/")
+    page.get_by_role("button", name="Open the playground").click()
+    models = page.locator("#pg-model optgroup[label='Chat models'] option").all_inner_texts()
+    assert models == ["demo-chat"]
+    page.get_by_label("Model or routing mode").select_option("demo-chat")
+    page.get_by_label("System prompt").fill("Answer in one line.")
+    page.get_by_label("Temperature").fill("0.3")
+    page.get_by_label("Max tokens").fill("64")
+    page.get_by_label("Message", exact=True).fill("What is a hash map?")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator("#conversation li[data-role=assistant]")).to_have_count(1)
+    expect(page.locator("#answer-meta")).to_contain_text("vendor demo")
+    first_answer = page.locator("#conversation li[data-role=assistant] .content").inner_text()
+    assert first_answer.strip()
+
+    # The second turn carries the first; "View code" shows exactly that request.
+    page.get_by_label("Message", exact=True).fill("And a heap?")
+    page.get_by_text("View code", exact=True).click()
+    python_code = page.get_by_test_id("code-python").inner_text()
+    curl_code = page.get_by_test_id("code-curl").inner_text()
+    page.screenshot(path=shots / "playground.png", full_page=True)
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator("#conversation li[data-role=assistant]")).to_have_count(2)
+    sent = fake_vendor.requests[-1]
+    assert [(m["role"], m["content"]) for m in sent["messages"]] == [
+        ("system", "Answer in one line."),
+        ("user", "What is a hash map?"),
+        ("assistant", first_answer),
+        ("user", "And a heap?"),
+    ]
+    assert sent["temperature"] == 0.3
+    assert 64 in (sent.get("max_tokens"), sent.get("max_completion_tokens"))
+
+    # The snippets are runnable and send the same request (with the key from the environment).
+    key = page.locator("#chat-form").get_attribute("data-key")
+    assert key and key not in python_code and key not in curl_code
+    monkeypatch.setenv("INFRAI_API_KEY", key)
+    fake_vendor.requests.clear()
+    exec(compile(python_code, "view-code.py", "exec"), {})
+    by_python = fake_vendor.requests[-1]
+    assert by_python["messages"] == sent["messages"]
+    assert by_python["temperature"] == 0.3
+    if shutil.which("curl"):
+        done = subprocess.run(
+            ["bash", "-c", curl_code], capture_output=True, text=True, timeout=60, check=True
+        )
+        assert json.loads(done.stdout)["choices"][0]["message"]["content"]
+        assert fake_vendor.requests[-1]["messages"] == sent["messages"]
+
+    # "New conversation" starts over; reloading reuses the one key of this user and project.
+    page.get_by_role("button", name="New conversation").click()
+    expect(page.locator("#conversation li")).to_have_count(0)
+    shown = page.get_by_test_id("playground-key").inner_text()
+    page.reload()
+    expect(page.get_by_test_id("playground-key")).to_have_text(shown)
+    assert page.locator("#chat-form").get_attribute("data-key") == key
+    assert ApiKey.objects.filter(organization=org).count() == 1
+
+
+def _region_texts(page: Page, names: tuple[str, ...]) -> dict[str, str]:
+    return {name: page.locator(f"[data-live-region={name}]").inner_text() for name in names}
+
+
+def _refreshed_after(page: Page, count: int) -> None:
+    """Wait until the page re-rendered its live regions more than ``count`` times."""
+    page.wait_for_function(
+        f"parseInt(document.body.getAttribute('data-live-refreshes') || '0', 10) > {count}"
+    )
+
+
+def _refreshes(page: Page) -> int:
+    return int(page.evaluate("document.body.getAttribute('data-live-refreshes') || '0'"))
+
+
+def test_live_pages_show_what_a_reload_shows(
+    page: Page, context: BrowserContext, live_url: str, demo_catalog: None, shots: Path
+) -> None:
+    owner, org = _funded_organization("live")
+    project = project_create(organization=org, name="Backend")
+    _, raw = api_key_create(project=project, name="server")
+    client = openai.OpenAI(base_url=f"{live_url}/v1", api_key=raw, max_retries=0)
+    _login(context, live_url, owner)
+
+    # Usage: the cost card keeps sub-cent digits; cards, breakdowns and latest calls follow.
+    page.goto(f"/o/{org.slug}/usage/")
+    expect(page.locator("body[data-live=on]")).to_be_attached()
+    expect(page.get_by_test_id("total-cost")).to_have_text("$0.00")
+    before = _refreshes(page)
+    client.chat.completions.create(
+        model="demo-chat", messages=[{"role": "user", "content": "Count to three"}]
+    )
+    expect(page.get_by_test_id("total-requests")).to_have_text("1")
+    _refreshed_after(page, before)
+    cost = page.get_by_test_id("total-cost").inner_text()
+    assert re.fullmatch(r"\$0\.0000\d+", cost), cost  # a few millionths of a dollar, exactly
+    expect(page.get_by_test_id("breakdown-model")).to_contain_text("demo-chat")
+    expect(page.get_by_test_id("breakdown-key")).to_contain_text("server")
+    live = _region_texts(page, ("usage",))
+    page.reload()
+    assert _region_texts(page, ("usage",)) == live
+
+    # The request log: a failed call appears live, with its status, as after a reload.
+    page.goto(f"/o/{org.slug}/usage/requests/")
+    expect(page.locator("body[data-live=on]")).to_be_attached()
+    before = _refreshes(page)
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(
+            model="no-such-model", messages=[{"role": "user", "content": "hi"}]
+        )
+    _refreshed_after(page, before)
+    expect(page.get_by_test_id("log-table")).to_contain_text("model_not_found")
+    live = _region_texts(page, ("log",))
+    page.reload()
+    assert _region_texts(page, ("log",)) == live
+
+    # The wallet: balance, held and the ledger move with a call, as a reload shows them.
+    page.goto(f"/o/{org.slug}/wallet/")
+    expect(page.locator("body[data-live=on]")).to_be_attached()
+    balance = page.get_by_test_id("balance").inner_text()
+    before = _refreshes(page)
+    client.chat.completions.create(
+        model="demo-chat", messages=[{"role": "user", "content": "One more"}]
+    )
+    expect(page.get_by_test_id("balance")).not_to_have_text(balance)
+    _refreshed_after(page, before)
+    names = ("wallet-cards", "holds", "ledger")
+    live = _region_texts(page, names)
+    page.reload()
+    assert _region_texts(page, names) == live
+    page.screenshot(path=shots / "wallet-live.png", full_page=True)
 
 
 OVERFLOW = "document.documentElement.scrollWidth <= window.innerWidth"

@@ -76,7 +76,7 @@ def test_request_log_csv_pages_through_more_rows_than_one_query(make_org, monkey
     monkeypatch.setattr(exports, "PAGE", 2)
     from django.utils import timezone
 
-    from dashboard.selectors import LogFilters, day_bounds
+    from inference.selectors import LogFilters, day_bounds
 
     lo, hi = day_bounds(timezone.now().date(), timezone.now().date())
     lines = list(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.routing import URLRouter
@@ -13,7 +11,8 @@ from django.contrib.auth.models import AnonymousUser
 from django.contrib.sessions.backends.db import SessionStore
 
 from accounts.models import Role
-from dashboard import live
+from config import live
+from dashboard import consumers
 from dashboard.routing import websocket_urlpatterns
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,6 +29,22 @@ USAGE = {
     "cost_nanos": 1_500_000,
     "latency_ms": 42,
 }
+
+
+@pytest.fixture(autouse=True)
+def _no_wait_for_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These events name calls that were never recorded: forward them without waiting."""
+    monkeypatch.setattr(consumers, "RECORD_WAIT_S", 0)
+
+
+async def push_usage(organization_id: int) -> None:
+    """What the request path announces after recording a call."""
+    await live.asend(organization_id, live.usage_event(project_id=None, api_key_id=None, **USAGE))
+
+
+async def push_wallet_changed(organization_id: int) -> None:
+    """What billing announces after a wallet change commits."""
+    await live.asend(organization_id, {"kind": "wallet_changed"})
 
 
 def logged_in_session(user) -> SessionStore:
@@ -58,10 +73,10 @@ def test_a_member_receives_usage_and_balance_events_of_its_organization(member_c
     async def scenario() -> list[dict]:
         ws, connected = await _connect(owner, org.slug)
         assert connected
-        await live.apush_usage(organization_id=other.pk, **USAGE)  # not ours: never arrives
-        await live.apush_usage(organization_id=org.pk, **USAGE)
+        await push_usage(other.pk)  # not ours: never arrives
+        await push_usage(org.pk)
         got = [await ws.receive_json_from(timeout=5), await ws.receive_json_from(timeout=5)]
-        await live.apush_balance(organization_id=org.pk, balance_nanos=5_000_000_000, held_nanos=0)
+        await push_wallet_changed(org.pk)
         got.append(await ws.receive_json_from(timeout=5))
         assert await ws.receive_nothing(timeout=0.2)
         await ws.disconnect()
@@ -74,9 +89,9 @@ def test_a_member_receives_usage_and_balance_events_of_its_organization(member_c
     assert refreshed["kind"] == "balance" and refreshed["balance_display"] == "$0.00"
     assert balance == {
         "kind": "balance",
-        "balance_nanos": 5_000_000_000,
-        "balance_display": "$5.00",
-        "available_display": "$5.00",
+        "balance_nanos": 0,
+        "balance_display": "$0.00",
+        "available_display": "$0.00",
         "held_display": "$0.00",
     }
 
@@ -87,8 +102,8 @@ def test_a_member_without_billing_rights_gets_usage_but_not_the_balance(member_c
     async def scenario() -> list[str]:
         ws, connected = await _connect(member, org.slug)
         assert connected
-        await live.apush_balance(organization_id=org.pk, balance_nanos=1, held_nanos=0)
-        await live.apush_usage(organization_id=org.pk, **USAGE)
+        await push_wallet_changed(org.pk)
+        await push_usage(org.pk)
         kinds = [(await ws.receive_json_from(timeout=5))["kind"]]
         assert await ws.receive_nothing(timeout=0.2)
         await ws.disconnect()
@@ -110,20 +125,6 @@ def test_strangers_and_anonymous_users_are_refused(member_client, make_user, mak
         return results
 
     assert async_to_sync(scenario)() == [False, False]
-
-
-def test_push_usage_from_sync_code_reaches_the_group(member_client):
-    _, owner, org = member_client(Role.ADMIN)
-
-    async def listen() -> dict:
-        ws, _ = await _connect(owner, org.slug)
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, lambda: live.push_usage(organization_id=org.pk, **USAGE))
-        message = await ws.receive_json_from(timeout=5)
-        await ws.disconnect()
-        return message
-
-    assert async_to_sync(listen)()["model"] == "gpt-4o-mini"
 
 
 def test_a_credit_reaches_open_wallet_pages_after_commit(member_client):
@@ -150,3 +151,27 @@ def test_a_credit_reaches_open_wallet_pages_after_commit(member_client):
     got = async_to_sync(scenario)()
     assert got["kind"] == "balance"
     assert got["balance_display"] == "$7.00"
+
+
+def test_a_usage_event_is_forwarded_once_its_row_is_readable(member_client, monkeypatch):
+    """The request path announces a call while its row is being written; the page re-reads
+    itself on the event, so the event waits for the row (and is forwarded anyway after
+    ``RECORD_WAIT_S``)."""
+    from tests.dashboard.factories import request_log_row
+
+    monkeypatch.setattr(consumers, "RECORD_WAIT_S", 10)
+    _, owner, org = member_client(Role.MEMBER)
+
+    async def scenario() -> tuple[bool, dict]:
+        ws, connected = await _connect(owner, org.slug)
+        assert connected
+        await push_usage(org.pk)
+        early = await ws.receive_nothing(timeout=0.3)  # no row yet: held back
+        await sync_to_async(request_log_row)(organization_id=org.pk, request_id="req_live1")
+        got = await ws.receive_json_from(timeout=5)
+        await ws.disconnect()
+        return early, got
+
+    early, got = async_to_sync(scenario)()
+    assert early is True
+    assert got["kind"] == "usage" and got["request_id"] == "req_live1"

@@ -9,15 +9,20 @@ from channels.db import database_sync_to_async
 
 from accounts.models import Membership, Role
 from accounts.services import membership_change_role, membership_remove
-from dashboard import live
 from dashboard.consumers import CLOSE_FORBIDDEN
-from tests.dashboard.test_live import USAGE, _connect, logged_in_session
+from tests.dashboard.test_live import (  # noqa: F401  (_no_wait_for_rows: autouse)
+    _connect,
+    _no_wait_for_rows,
+    logged_in_session,
+    push_usage,
+    push_wallet_changed,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def _closed_on_next_event(ws, organization_id: int) -> dict:
-    await live.apush_usage(organization_id=organization_id, **USAGE)
+    await push_usage(organization_id)
     return await ws.receive_output(timeout=5)
 
 
@@ -27,7 +32,7 @@ def test_a_removed_member_is_closed_on_the_next_event(member_client):
     async def scenario() -> tuple[dict, dict]:
         ws, connected = await _connect(member, org.slug)
         assert connected
-        await live.apush_usage(organization_id=org.pk, **USAGE)
+        await push_usage(org.pk)
         before = await ws.receive_json_from(timeout=5)
         await ws.receive_json_from(timeout=5)  # the balance that follows a usage event
         membership = await database_sync_to_async(Membership.objects.get)(user=member)
@@ -93,14 +98,14 @@ def test_losing_billing_rights_stops_balance_events_at_once(member_client):
     async def scenario() -> tuple[list[str], list[str]]:
         ws, connected = await _connect(member, org.slug)
         assert connected
-        await live.apush_balance(organization_id=org.pk, balance_nanos=1, held_nanos=0)
+        await push_wallet_changed(org.pk)
         before = [(await ws.receive_json_from(timeout=5))["kind"]]
         membership = await database_sync_to_async(Membership.objects.get)(user=member)
         await database_sync_to_async(membership_change_role)(
             membership=membership, role=Role.MEMBER
         )
-        await live.apush_balance(organization_id=org.pk, balance_nanos=2, held_nanos=0)
-        await live.apush_usage(organization_id=org.pk, **USAGE)
+        await push_wallet_changed(org.pk)
+        await push_usage(org.pk)
         after = [(await ws.receive_json_from(timeout=5))["kind"]]
         assert await ws.receive_nothing(timeout=0.2)
         await ws.disconnect()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboard.billing_reads import Statement, StatementLine
+from billing.selectors import Statement, StatementLine
 from dashboard.statements import statement_csv, statement_pdf
 
 SECRET = Path(__file__).resolve().parents[2] / "docs" / "screenshots" / "usage.png"

@@ -9,9 +9,9 @@ from django.utils import timezone
 
 from accounts.models import Role
 from accounts.services import api_key_create, project_create
-from dashboard import selectors
-from dashboard.selectors import LogFilters, day_bounds
+from inference import selectors
 from inference.models import RequestLog
+from inference.selectors import LogFilters, day_bounds
 from tests.dashboard.factories import at, request_log_row
 
 pytestmark = pytest.mark.django_db

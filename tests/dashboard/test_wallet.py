@@ -13,7 +13,7 @@ from billing import stripe_gateway
 from billing.models import EntryKind, TopUp
 from billing.services import wallet_credit
 from billing.stripe_gateway import CheckoutSession
-from dashboard import billing_reads
+from dashboard import selectors
 from dashboard.forms import TopUpForm
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -42,7 +42,7 @@ def test_statement_csv_has_opening_lines_usage_per_day_and_closing(make_org, mem
     _credit(org, 10_000_000_000, "topup-a")
     _credit(org, -1_500, "use-1", EntryKind.USAGE)
     _credit(org, -500, "use-2", EntryKind.USAGE)
-    month = billing_reads.statement(organization=org, month=timezone.now().date()).month
+    month = selectors.statement(organization=org, month=timezone.now().date()).month
     response = client.get(f"/o/{org.slug}/wallet/statement/?month={month:%Y-%m}&format=csv")
     assert response["Content-Type"] == "text/csv"
     rows = list(csv.reader(io.StringIO(response.content.decode())))

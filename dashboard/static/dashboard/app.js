@@ -33,16 +33,50 @@
     el.textContent = next.toLocaleString("en-US");
   }
 
+  // Integer nano-USD as the server's `usd` filter writes it: cents always, sub-cent digits
+  // kept exactly ("$0.000002"), thousands separated.
+  function usdText(nanos) {
+    var sign = nanos < 0n ? "-" : "";
+    if (nanos < 0n) nanos = -nanos;
+    var whole = (nanos / 1000000000n).toLocaleString("en-US");
+    var frac = (nanos % 1000000000n).toString().padStart(9, "0").replace(/0+$/, "");
+    while (frac.length < 2) frac += "0";
+    return sign + "$" + whole + "." + frac;
+  }
+
   function addUsd(el, deltaNanos) {
-    var current = BigInt(el.getAttribute("data-nanos") || "0");
-    var next = current + BigInt(deltaNanos);
+    var next = BigInt(el.getAttribute("data-nanos") || "0") + BigInt(deltaNanos);
     el.setAttribute("data-nanos", next.toString());
-    var cents = next / 10000000n;  // whole cents, truncated toward zero
-    var sign = cents < 0n ? "-" : "";
-    if (cents < 0n) cents = -cents;
-    var dollars = (cents / 100n).toLocaleString("en-US");
-    var rest = (cents % 100n).toString().padStart(2, "0");
-    el.textContent = sign + "$" + dollars + "." + rest;
+    el.textContent = usdText(next);
+  }
+
+  // Regions marked data-live-region are re-rendered by the server after an event (one fetch
+  // of this page, at most one in flight, coalescing events): what they show is exactly what
+  // a reload shows — breakdowns, charts, filters and holds included.
+  var refreshing = false;
+  var refreshAgain = false;
+  async function refreshRegions() {
+    if (!document.querySelector("[data-live-region]")) return;
+    if (refreshing) { refreshAgain = true; return; }
+    refreshing = true;
+    try {
+      var response = await fetch(location.href, { credentials: "same-origin" });
+      if (response.ok && !response.redirected) {
+        var fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+        document.querySelectorAll("[data-live-region]").forEach(function (el) {
+          var name = el.getAttribute("data-live-region");
+          var next = fresh.querySelector('[data-live-region="' + name + '"]');
+          if (next) el.replaceWith(document.importNode(next, true));
+        });
+        document.body.setAttribute("data-live-refreshes",
+          String(parseInt(document.body.getAttribute("data-live-refreshes") || "0", 10) + 1));
+      }
+    } catch (err) {
+      // best effort: the next event or a reload brings the page up to date
+    } finally {
+      refreshing = false;
+      if (refreshAgain) { refreshAgain = false; refreshRegions(); }
+    }
   }
 
   function onUsage(msg) {
@@ -110,6 +144,7 @@
       var msg = JSON.parse(event.data);
       if (msg.kind === "usage") onUsage(msg);
       if (msg.kind === "balance") onBalance(msg);
+      if (msg.kind === "usage" || msg.kind === "balance") refreshRegions();
     };
     socket.onclose = function (event) {
       document.body.setAttribute("data-live", "off");

@@ -1,0 +1,215 @@
+"""Reads of the request log: usage aggregates and the calls themselves (the dashboard, exports
+and anything else showing an organization its calls read them here, never the table).
+
+Every function is scoped by ``organization_id`` and a half-open ``[start, end)`` range of
+datetimes, so each query is served by the request log's ``(organization_id, …, -created_at)``
+indexes; aggregation is done by the database (``GROUP BY``), never in Python over rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any, Literal
+
+from django.db.models import Count, QuerySet, Sum
+from django.db.models.functions import Coalesce, TruncDate
+
+from accounts.models import ApiKey, Project
+from inference.models import RequestLog, RequestStatus
+
+Dimension = Literal["model", "vendor", "project", "key"]
+_DIMENSION_FIELD: dict[Dimension, str] = {
+    "model": "model",
+    "vendor": "vendor",
+    "project": "project_id",
+    "key": "api_key_id",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """One bucket of usage: a day or one value of a dimension."""
+
+    label: str
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    cost_nanos: int
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+# The request-log status filter's "any failure" value (every status but ok).
+FAILED = "failed"
+STATUS_FILTER_CHOICES = [(FAILED, "Any failure"), *RequestStatus.choices]
+
+
+@dataclass(frozen=True, slots=True)
+class LogFilters:
+    """Request-log filters; empty strings / None mean "any"."""
+
+    status: str = ""
+    model: str = ""
+    vendor: str = ""
+    api_key_id: int | None = None
+
+
+def day_bounds(start: date, end: date) -> tuple[datetime, datetime]:
+    """``[start 00:00 UTC, end+1 00:00 UTC)`` — an inclusive date range as datetimes."""
+    return (
+        datetime.combine(start, time.min, tzinfo=UTC),
+        datetime.combine(end + timedelta(days=1), time.min, tzinfo=UTC),
+    )
+
+
+def has_calls(*, organization_id: int) -> bool:
+    """Whether the organization ever made a call (any status)."""
+    return RequestLog.objects.filter(organization_id=organization_id).exists()
+
+
+def request_recorded(*, organization_id: int, request_id: str) -> bool:
+    """Whether the call ``request_id`` of ``organization_id`` is in the request log yet."""
+    return RequestLog.objects.filter(
+        organization_id=organization_id, request_id=request_id
+    ).exists()
+
+
+def _logs(*, organization_id: int, start: datetime, end: datetime) -> QuerySet[RequestLog]:
+    return RequestLog.objects.filter(
+        organization_id=organization_id, created_at__gte=start, created_at__lt=end
+    )
+
+
+_SUMS = {
+    "requests": Count("id"),
+    "input_tokens": Coalesce(Sum("input_tokens"), 0),
+    "output_tokens": Coalesce(Sum("output_tokens"), 0),
+    "cost_nanos": Coalesce(Sum("cost_nanos"), 0),
+}
+
+
+def usage_totals(*, organization_id: int, start: datetime, end: datetime) -> UsageRow:
+    """Requests, tokens and cost of the range in one aggregate query."""
+    agg = _logs(organization_id=organization_id, start=start, end=end).aggregate(**_SUMS)
+    return UsageRow(label="total", **agg)
+
+
+def usage_by_day(*, organization_id: int, start: date, end: date) -> list[UsageRow]:
+    """One row per UTC day from ``start`` to ``end`` inclusive; days without calls are zeros."""
+    lo, hi = day_bounds(start, end)
+    rows: Any = (  # django-stubs cannot type aggregate keys of values().annotate()
+        _logs(organization_id=organization_id, start=lo, end=hi)
+        .annotate(day=TruncDate("created_at", tzinfo=UTC))
+        .values("day")
+        .annotate(**_SUMS)
+        .order_by("day")
+    )
+    by_day: dict[date, dict[str, Any]] = {r["day"]: r for r in rows}
+    out: list[UsageRow] = []
+    day = start
+    while day <= end:
+        r = by_day.get(day)
+        out.append(
+            UsageRow(
+                label=day.isoformat(),
+                requests=r["requests"] if r else 0,
+                input_tokens=r["input_tokens"] if r else 0,
+                output_tokens=r["output_tokens"] if r else 0,
+                cost_nanos=r["cost_nanos"] if r else 0,
+            )
+        )
+        day += timedelta(days=1)
+    return out
+
+
+def usage_by(
+    *,
+    organization_id: int,
+    dimension: Dimension,
+    start: datetime,
+    end: datetime,
+    limit: int = 12,
+) -> list[UsageRow]:
+    """The top ``limit`` values of ``dimension`` by cost (then requests), with their sums.
+
+    Projects and keys are labelled with their names; ids of deleted rows as ``#id``.
+    """
+    field = _DIMENSION_FIELD[dimension]
+    rows = list(
+        _logs(organization_id=organization_id, start=start, end=end)
+        .values(field)
+        .annotate(**_SUMS)
+        .order_by("-cost_nanos", "-requests")[:limit]
+    )
+    labels = _labels(
+        organization_id=organization_id, dimension=dimension, ids=[r[field] for r in rows]
+    )
+    return [
+        UsageRow(
+            label=labels.get(r[field], str(r[field] or "—")),
+            requests=r["requests"],
+            input_tokens=r["input_tokens"],
+            output_tokens=r["output_tokens"],
+            cost_nanos=r["cost_nanos"],
+        )
+        for r in rows
+    ]
+
+
+def _labels(
+    *, organization_id: int, dimension: Dimension, ids: Iterable[object]
+) -> dict[object, str]:
+    wanted = [i for i in ids if isinstance(i, int)]
+    if dimension == "project":
+        projects = Project.objects.filter(organization_id=organization_id, pk__in=wanted)
+        return {p.pk: p.name for p in projects}
+    if dimension == "key":
+        keys = ApiKey.objects.filter(organization_id=organization_id, pk__in=wanted)
+        return {k.pk: f"{k.name or 'unnamed'} ({k.display})" for k in keys}
+    return {}
+
+
+def request_log(
+    *,
+    organization_id: int,
+    start: datetime,
+    end: datetime,
+    filters: LogFilters,
+    before_id: int | None = None,
+    limit: int = 50,
+) -> list[RequestLog]:
+    """Newest calls first, ``limit`` at a time; pass the last row's id as ``before_id`` for
+    the next page (keyset pagination: no ``COUNT(*)`` or ``OFFSET`` over a year of rows)."""
+    qs = _logs(organization_id=organization_id, start=start, end=end)
+    if filters.status == FAILED:
+        qs = qs.exclude(status=RequestStatus.OK)
+    elif filters.status:
+        qs = qs.filter(status=filters.status)
+    if filters.model:
+        qs = qs.filter(model=filters.model)
+    if filters.vendor:
+        qs = qs.filter(vendor=filters.vendor)
+    if filters.api_key_id is not None:
+        qs = qs.filter(api_key_id=filters.api_key_id)
+    if before_id is not None:
+        qs = qs.filter(id__lt=before_id)
+    return list(qs.order_by("-created_at", "-id")[:limit])
+
+
+def request_log_get(*, organization_id: int, request_id: str) -> RequestLog | None:
+    """One call of ``organization_id`` by its public request id (None for another tenant's)."""
+    return RequestLog.objects.filter(organization_id=organization_id, request_id=request_id).first()
+
+
+def log_filter_choices(
+    *, organization_id: int, start: datetime, end: datetime
+) -> dict[str, list[str]]:
+    """The distinct models and vendors seen in the range, for the filter drop-downs."""
+    qs = _logs(organization_id=organization_id, start=start, end=end)
+    models = qs.exclude(model="").values_list("model", flat=True).distinct().order_by("model")
+    vendors = qs.exclude(vendor="").values_list("vendor", flat=True).distinct().order_by("vendor")
+    return {"models": list(models[:200]), "vendors": list(vendors[:200])}
