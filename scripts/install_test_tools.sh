@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # What only the tests need beyond .venv: Debian's chromium for the browser tests (Playwright's
 # own browser download does not work offline) and the official `openai` npm package for the
-# JavaScript SDK check. Idempotent and quick when everything is there. `make test` runs it.
+# JavaScript SDK check; Debian's nginx for the production topology test (scripts/cluster.sh).
+# Idempotent and quick when everything is there. `make test` runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+command -v nginx >/dev/null || (apt-get update -qq && apt-get install -y -qq nginx)
 if command -v npm >/dev/null; then
   stamp=tests/js/node_modules/.installed-$(sha256sum tests/js/package-lock.json | cut -c1-16)
   [ -f "$stamp" ] || { (cd tests/js && npm ci --silent --no-audit --no-fund) && touch "$stamp"; }
