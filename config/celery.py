@@ -22,8 +22,5 @@ SCHEDULE_MODULES = ("catalog.tasks", "billing.tasks", "inference.tasks", "vector
 @app.on_after_finalize.connect
 def _merge_beat_schedules(sender: Celery, **kwargs: Any) -> None:
     for name in SCHEDULE_MODULES:
-        try:
-            module = import_module(name)
-        except ModuleNotFoundError:
-            continue
+        module = import_module(name)  # each exists: a misspelt name fails the start, loudly
         sender.conf.beat_schedule.update(getattr(module, "BEAT_SCHEDULE", {}))

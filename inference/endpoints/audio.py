@@ -16,10 +16,8 @@ there from the container's metadata (one packet decoded to prove it is audio; th
 counted only when the metadata has no plausible duration, and then no further than
 ``INFRAI_MAX_AUDIO_SECONDS``). Longer audio, or a file that is not audio, is a 400 naming
 ``file``; the hold is the probed duration at the offering's price per second, and that duration
-is charged (metered in milliseconds). Without PyAV the hold assumes the lowest bitrate speech
-is sent at and the vendor's ``verbose_json`` duration is charged. ``json`` and ``verbose_json``
-answers carry the ``infrai`` object; ``text``, ``srt`` and ``vtt`` are returned as the vendor
-wrote them.
+is charged (metered in milliseconds). ``json`` and ``verbose_json`` answers carry the ``infrai``
+object; ``text``, ``srt`` and ``vtt`` are returned as the vendor wrote them.
 """
 
 from __future__ import annotations
@@ -83,10 +81,6 @@ _TRANSCRIPTION_FIELDS = {
     "file", "model", "language", "prompt", "response_format", "temperature",
     "timestamp_granularities", "timestamp_granularities[]", "include", "include[]", "stream",
 }  # fmt: skip
-_CHUNK_BYTES = 64 * 1024
-# The lowest bitrate speech is practically encoded at (4 kbit/s): an upper bound of the
-# duration of a file we cannot decode ourselves.
-_MIN_BYTES_PER_SECOND = 500
 # More bytes per second than any audio encoding uses (192 kHz, 32-bit, stereo): metadata that
 # states a shorter duration than this allows for the file's size is not believed.
 _MAX_BYTES_PER_SECOND = 1_536_000
@@ -241,7 +235,7 @@ class TranscriptionRequest:
     routing: metered.Routing
     upload: Upload
     response_format: str
-    duration_ms: int | None
+    duration_ms: int
 
 
 def _base64_upload(value: Any) -> Upload:
@@ -279,8 +273,8 @@ def _too_long(max_ms: int) -> InvalidRequest:
     )
 
 
-def audio_duration_ms(content: bytes, *, max_ms: int) -> int | None:
-    """Milliseconds of audio in ``content``, probed cheaply; ``None`` without PyAV.
+def audio_duration_ms(content: bytes, *, max_ms: int) -> int:
+    """Milliseconds of audio in ``content``, probed cheaply.
 
     The container's metadata gives the duration (a WAV or FLAC header, an MP3's frame count,
     an Ogg's last page) and one packet is decoded to prove the audio is decodable. Only when
@@ -289,10 +283,8 @@ def audio_duration_ms(content: bytes, *, max_ms: int) -> int | None:
     ``file``) for a file with no decodable audio, or audio longer than ``max_ms``. CPU-bound:
     run it in a worker thread.
     """
-    try:
-        import av
-    except ImportError:
-        return None
+    import av  # PyAV (a dependency) loads FFmpeg: only once a transcription arrives
+
     try:
         with av.open(io.BytesIO(content), mode="r", metadata_errors="ignore") as container:
             if not container.streams.audio:
@@ -438,17 +430,6 @@ async def parse_transcription_request(request: ApiRequest) -> TranscriptionReque
     )
 
 
-def transcription_usage(
-    request: TranscriptionRequest, answer: JSON | str, held_ms: int
-) -> tuple[Usage, bool]:
-    """Our measured duration; else the vendor's ``duration``; else the held bound (estimated)."""
-    if request.duration_ms is not None:
-        return Usage(audio_ms=request.duration_ms), False
-    if isinstance(answer, dict) and isinstance(answer.get("duration"), int | float):
-        return Usage(audio_ms=min(round(float(answer["duration"]) * 1000), held_ms)), False
-    return Usage(audio_ms=held_ms), True
-
-
 async def _before_transcription_body(request: ApiRequest) -> None:
     """Before a byte of the upload is read: count the call against the key's limits (429) and
     refuse a wallet with nothing available (402), so neither costs a parse or a decode."""
@@ -472,13 +453,8 @@ async def transcriptions(request: ApiRequest) -> Response:
     """``POST /v1/audio/transcriptions``. See the module docstring."""
     call: Call = request.state["call"]  # counted by _before_transcription_body
     parsed = await parse_transcription_request(request)
-    held_ms = parsed.duration_ms
-    if held_ms is None:
-        held_ms = min(
-            len(parsed.upload.content) * 1000 // _MIN_BYTES_PER_SECOND,
-            int(settings.INFRAI_MAX_AUDIO_SECONDS) * 1000,
-        )
-    worst = Usage(audio_ms=held_ms)
+    # The probed duration is both the hold and the charge.
+    worst = Usage(audio_ms=parsed.duration_ms)
     call.requested_model = parsed.routing.model
     key = _transcription_key(request, parsed)
     hit = None if key is None else await response_cache.lookup(key)
@@ -501,7 +477,7 @@ async def transcriptions(request: ApiRequest) -> Response:
     answer = await metered.call_and_settle(
         call,
         lambda adapter, target, _c: adapter.transcribe(target, fields, file),
-        lambda result: transcription_usage(parsed, result, held_ms),
+        lambda _result: (worst, False),
     )
     if key is not None:
         entry = {"answer": answer, "usage": dataclasses.asdict(call.usage), **call.served()}

@@ -354,9 +354,3 @@ class AnthropicAdapter:
         file: tuple[str, bytes, str],
     ) -> JSON | str:
         return await self._unsupported(target, "transcriptions")  # type: ignore[no-any-return]
-
-    async def list_models(self, target: VendorTarget) -> list[str]:
-        response = await http.request(target, "GET", "models", auth=self._headers(target))
-        if response.status >= 400:
-            self._raise(target, response.status, response.text)
-        return [m["id"] for m in response.json().get("data", []) if "id" in m]

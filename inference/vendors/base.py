@@ -59,7 +59,3 @@ class Adapter(Protocol):
         """A transcription of ``file`` (name, bytes, content type); a list in ``fields`` is a
         repeated form field (``timestamp_granularities[]``)."""
         ...
-
-    async def list_models(self, target: VendorTarget) -> list[str]:
-        """The upstream model ids the vendor serves (health probe)."""
-        ...

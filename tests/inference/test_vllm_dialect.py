@@ -113,7 +113,6 @@ def test_the_probe_reads_vllms_model_cards(vllm: FakeVLLM, transactional_db: Non
     assert result.error == "" and result.models == (SERVED,)
     assert Vendor.objects.get(name="vllm-node").verified_models == [SERVED]
     assert health.health_of(["vllm-node"])["vllm-node"].state is CircuitState.CLOSED
-    assert asyncio.run(OpenAICompatibleAdapter().list_models(target(vllm))) == [SERVED]
 
 
 # --- chat through the live app -----------------------------------------------------------------
