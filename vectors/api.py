@@ -139,6 +139,7 @@ async def query(request: ApiRequest) -> Response:
     return json_response(out, headers=headers)
 
 
+@metering.free_call("vector.delete")
 async def delete(request: ApiRequest) -> Response:
     data = request.json()
     parsed = validation.parse_delete(data)
@@ -151,11 +152,13 @@ async def delete(request: ApiRequest) -> Response:
     )
 
 
+@metering.free_call("vector.collections")
 async def collections_list(request: ApiRequest) -> Response:
     rows = await db_async(services.collections_of)(project_id=request.caller.project_id)
     return json_response({"object": "list", "data": [collection_json(c) for c in rows]})
 
 
+@metering.free_call("vector.collections")
 async def collections_create(request: ApiRequest) -> Response:
     data = request.json()
     metered.reject_unknown(data, {"name", "dimensions", "metadata"})
@@ -173,12 +176,14 @@ async def collections_create(request: ApiRequest) -> Response:
     return json_response(collection_json(created))
 
 
+@metering.free_call("vector.collections")
 async def collection_get(request: ApiRequest) -> Response:
     name = request.path_params["name"]
     found = await _find(project_id=request.caller.project_id, name=name, param="name")
     return json_response(collection_json(found))
 
 
+@metering.free_call("vector.collections")
 async def collection_delete(request: ApiRequest) -> Response:
     name = request.path_params["name"]
     found = await _find(project_id=request.caller.project_id, name=name, param="name")

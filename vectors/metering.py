@@ -1,24 +1,26 @@
 """Money of the vector store: per-call fees through the request pipeline, and storage.
 
 **Calls.** A search costs the catalog's ``per_query_nanos``; a write costs nothing itself but
-must be covered by one GB-day of the bytes it writes (a wallet that cannot pay for storing
-them gets a 402 and nothing is written). Both go through :class:`inference.pipeline.Call`
-like any metered call: counted against the key's limits, a hold before the work, the
-request-log row and the settlement written together exactly once on every exit path. The
-platform is the "vendor" (``infrai/vector-store``); its fee is one priced unit.
+must be covered by one GB-day of the bytes it writes (a wallet that cannot pay for storing them
+gets a 402 and nothing is written). Both go through :class:`inference.pipeline.Call` like any
+metered call: counted against the key's limits, a hold before the work, the request-log row and
+the settlement written together exactly once on every exit path. The platform is the "vendor"
+(``infrai/vector-store``); its fee is one priced unit.
 
 **Storage.** :func:`storage_meter` (Celery beat, hourly) accrues each collection's bytes ×
-seconds since its last metering at the price in force, as an exact integer (nano-USD ×
-86 400 × 10^9), and charges the whole nano-USD of it through the wallet's hold → settle
-(one ``usage`` ledger entry per collection and run, with the project; request id
-``vst_…``). What is below one nano-USD carries over to the next run, so nothing is rounded
-away or charged twice. A wallet that cannot cover a charge pays what it has available; the
-rest is recorded on the :class:`~vectors.models.StorageCharge` row (never an overdraft).
+seconds since its last metering at the price in force, as an exact integer (nano-USD × 86 400 ×
+10^9), and charges the whole nano-USD of it through the wallet's hold → settle (one ``usage``
+ledger entry per collection and run, with the project; request id ``vst_…``, with a request-log
+row ``vector.storage`` written in the same transaction). What is below one nano-USD carries over
+to the next run, so nothing is rounded away or charged twice. A wallet that cannot cover a
+charge pays what it has available; the rest is recorded on the
+:class:`~vectors.models.StorageCharge` row (never an overdraft).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -33,8 +35,8 @@ from billing.services import HoldExists, hold_open, hold_settle
 from catalog.routing import Candidate, RoutingDecision
 from catalog.types import CircuitState
 from config.errors import InsufficientQuota
-from inference.http import ApiRequest
-from inference.models import RequestStatus
+from inference.http import ApiRequest, Response
+from inference.models import RequestLog, RequestStatus
 from inference.pipeline import Call
 from money.pricing import PriceSnapshot, Usage
 from vectors.models import Collection, StorageCharge
@@ -111,6 +113,33 @@ async def metered_call(
     return call, result
 
 
+Handler = Callable[[ApiRequest], Awaitable[Response]]
+
+
+def free_call(endpoint: str) -> Callable[[Handler], Handler]:
+    """Run a handler that charges nothing (list, create, delete …) as a call of the platform
+    all the same, so it has its request-log row like every call of a key: counted against the
+    key's limits, a zero hold, logged with the handler's outcome. Not for handlers that make
+    metered calls of their own (one hold per request)."""
+
+    def wrap(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        async def run(request: ApiRequest) -> Response:
+            call, response = await metered_call(
+                request,
+                endpoint=endpoint,
+                hold_nanos=0,
+                charge=False,
+                work=lambda: handler(request),
+            )
+            response.headers = {**call.headers(), **response.headers}
+            return response
+
+        return run
+
+    return wrap
+
+
 # --- storage ----------------------------------------------------------------------------------
 
 
@@ -179,9 +208,11 @@ def storage_charge(charge: StorageCharge) -> int:
         amount = charge.amount_nanos  # held by an earlier try: the settlement caps at the hold
     charged = 0
     if amount > 0:
-        charged = hold_settle(
-            request_id=charge.request_id, actual_nanos=amount, description=description
-        )
+        with transaction.atomic():
+            charged = hold_settle(
+                request_id=charge.request_id, actual_nanos=amount, description=description
+            )
+            _log_charge(charge, charged)
     StorageCharge.objects.filter(pk=charge.pk).update(charged_nanos=charged)
     if charge.collection_id is not None:
         Collection.objects.filter(pk=charge.collection_id).update(
@@ -195,6 +226,25 @@ def storage_charge(charge: StorageCharge) -> int:
             charge.amount_nanos,
         )
     return charged
+
+
+def _log_charge(charge: StorageCharge, charged: int) -> None:
+    """The request-log row of a storage charge (written with its settlement, so every usage
+    entry has its request, and the charge shows in the dashboard's usage and request log)."""
+    RequestLog.objects.update_or_create(
+        request_id=charge.request_id,
+        defaults={
+            "organization_id": charge.organization_id,
+            "project_id": charge.project_id,
+            "endpoint": "vector.storage",
+            "requested_model": MODEL,
+            "model": MODEL,
+            "vendor": VENDOR,
+            "status": RequestStatus.OK,
+            "http_status": 200,
+            "cost_nanos": charged,
+        },
+    )
 
 
 def storage_meter() -> int:

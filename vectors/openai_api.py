@@ -192,6 +192,7 @@ def _file_find(*, project_id: int, file_id: str, param: str = "file_id") -> Stor
     return found
 
 
+@metering.free_call("files")
 async def files_create(request: ApiRequest) -> Response:
     fields, files = await multipart.aparse(request.headers.get("content-type", ""), request.body)
     purpose = fields.get("purpose")
@@ -215,7 +216,7 @@ async def files_create(request: ApiRequest) -> Response:
             organization_id=key.organization_id,
             project_id=key.project_id,
             public_id=services.new_public_id("file-"),
-            filename=(upload.filename or "upload")[:256],
+            filename=(upload.filename or "upload").replace("\x00", "")[:256] or "upload",
             purpose=str(purpose),
             content=upload.content,
             bytes=len(upload.content),
@@ -224,6 +225,7 @@ async def files_create(request: ApiRequest) -> Response:
     return json_response(file_json(await db_async(create)()))
 
 
+@metering.free_call("files")
 async def files_list(request: ApiRequest) -> Response:
     def rows() -> list[StoredFile]:
         return list(
@@ -233,6 +235,7 @@ async def files_list(request: ApiRequest) -> Response:
     return json_response(_page([file_json(f) for f in await db_async(rows)()]))
 
 
+@metering.free_call("files")
 async def file_get(request: ApiRequest) -> Response:
     found = await db_async(_file_find)(
         project_id=request.caller.project_id, file_id=request.path_params["file_id"]
@@ -240,6 +243,7 @@ async def file_get(request: ApiRequest) -> Response:
     return json_response(file_json(found))
 
 
+@metering.free_call("files")
 async def file_delete(request: ApiRequest) -> Response:
     file_id = request.path_params["file_id"]
     found = await db_async(_file_find)(project_id=request.caller.project_id, file_id=file_id)
@@ -286,6 +290,7 @@ async def stores_create(request: ApiRequest) -> Response:
     return json_response(await db_async(store_json)(created))
 
 
+@metering.free_call("vector_stores")
 async def stores_list(request: ApiRequest) -> Response:
     def rows() -> list[dict[str, Any]]:
         return [
@@ -295,10 +300,12 @@ async def stores_list(request: ApiRequest) -> Response:
     return json_response(_page(await db_async(rows)()))
 
 
+@metering.free_call("vector_stores")
 async def store_get(request: ApiRequest) -> Response:
     return json_response(await db_async(lambda: store_json(_store(request)))())
 
 
+@metering.free_call("vector_stores")
 async def store_delete(request: ApiRequest) -> Response:
     found = await db_async(_store)(request)
     await db_async(services.collection_delete)(collection=found)
@@ -326,7 +333,7 @@ async def _attach(
         },
     )
     try:
-        text = bytes(stored.content).decode("utf-8")
+        text = bytes(stored.content).decode("utf-8").replace("\x00", "")
     except UnicodeDecodeError:
         text = None
     chunks = chunk_text(text, max_tokens=size, overlap=overlap) if text else []
@@ -386,6 +393,7 @@ async def store_files_create(request: ApiRequest) -> Response:
     return json_response(store_file_json(link, store.public_id, public))
 
 
+@metering.free_call("vector_stores.files")
 async def store_files_list(request: ApiRequest) -> Response:
     def rows() -> list[dict[str, Any]]:
         store = _store(request)
@@ -408,11 +416,13 @@ def _link(request: ApiRequest) -> tuple[Collection, VectorStoreFile]:
     return store, link
 
 
+@metering.free_call("vector_stores.files")
 async def store_file_get(request: ApiRequest) -> Response:
     store, link = await db_async(_link)(request)
     return json_response(store_file_json(link, store.public_id, link.file.public_id))
 
 
+@metering.free_call("vector_stores.files")
 async def store_file_delete(request: ApiRequest) -> Response:
     def remove() -> str:
         store, link = _link(request)

@@ -21,6 +21,7 @@ MAX_METADATA_BYTES = 8192  # one vector's metadata as compact JSON
 MAX_ID_CHARS = 256
 MAX_TEXT_CHARS = 32_000
 MAX_TOP_K = 100
+FLOAT32_MAX = 3.4028234e38
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 Scalar = str | int | float | bool
@@ -63,7 +64,10 @@ def metadata_field(value: Any, param: str) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise invalid_type(param, "an object")
-    size = len(json.dumps(value, separators=(",", ":")).encode())
+    text = json.dumps(value, separators=(",", ":"))
+    if "\\u0000" in text:
+        raise _bad(f"'{param}' holds a NUL character, which cannot be stored.", param)
+    size = len(text.encode())
     if size > MAX_METADATA_BYTES:
         raise _bad(f"'{param}' is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}.", param)
     return value
@@ -76,8 +80,10 @@ def vector_field(value: Any, param: str, dimensions: int | None) -> list[float]:
         raise invalid_type(param, "a non-empty array of numbers")
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
         raise invalid_type(param, "an array of numbers")
-    if not all(math.isfinite(v) for v in value):
-        raise _bad(f"'{param}' holds a value that is not a finite number.", param)
+    if not all(math.isfinite(v) and abs(v) <= FLOAT32_MAX for v in value):
+        raise _bad(f"'{param}' holds a value that is not a finite float32 number.", param)
+    if not any(value):
+        raise _bad(f"'{param}' is all zeros: it has no direction to compare by cosine.", param)
     if dimensions is not None and len(value) != dimensions:
         raise _bad(
             f"'{param}' has {len(value)} dimensions; the collection holds vectors of {dimensions}.",
@@ -93,6 +99,8 @@ def text_field(value: Any, param: str) -> str:
         raise invalid_type(param, "a string")
     if not value.strip() or len(value) > MAX_TEXT_CHARS:
         raise _bad(f"'{param}' must hold 1 to {MAX_TEXT_CHARS} characters.", param)
+    if "\x00" in value:
+        raise _bad(f"'{param}' holds a NUL character, which cannot be stored.", param)
     return value
 
 
@@ -105,6 +113,10 @@ def where_field(value: Any, param: str = "filter") -> dict[str, Scalar]:
     for key, v in value.items():
         if not isinstance(v, str | int | float | bool):
             raise invalid_type(f"{param}.{key}", "a string, number or boolean")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise _bad(f"'{param}.{key}' is not a finite number.", param)
+    if "\\u0000" in json.dumps(value):
+        raise _bad(f"'{param}' holds a NUL character.", param)
     return value
 
 
@@ -154,7 +166,7 @@ def parse_upsert(data: dict[str, Any], dimensions: int | None) -> Upsert:
         raise missing_param("ids")
     ids = []
     for i, value in enumerate(raw_ids):
-        if not isinstance(value, str) or not 1 <= len(value) <= MAX_ID_CHARS:
+        if not isinstance(value, str) or not 1 <= len(value) <= MAX_ID_CHARS or "\x00" in value:
             raise _bad(
                 f"'ids[{i}]' must be a string of 1 to {MAX_ID_CHARS} characters.", f"ids[{i}]"
             )
@@ -230,7 +242,7 @@ def parse_delete(data: dict[str, Any]) -> Delete:
     raw_ids = _array(data, "ids", None)
     ids = None
     if raw_ids is not None:
-        if not all(isinstance(v, str) for v in raw_ids):
+        if not all(isinstance(v, str) and "\x00" not in v for v in raw_ids):
             raise invalid_type("ids", "an array of strings")
         ids = list(raw_ids)
     where = where_field(data.get("filter"))

@@ -8,6 +8,7 @@ from typing import Any
 import openai
 import pytest
 
+from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry
 from inference.models import RequestLog
 from tests.vectors.conftest import DIMENSIONS, EMBED_MODEL, word_vector
@@ -197,6 +198,9 @@ def test_storage_is_charged_per_gb_day_through_the_wallet(issue_key, client_for)
     assert entries(charge.request_id) == [-charged]
     entry = LedgerEntry.objects.get(request_id=charge.request_id)
     assert entry.kind == EntryKind.USAGE and entry.project_id == collection.project_id
+    log = RequestLog.objects.get(request_id=charge.request_id)
+    assert (log.endpoint, log.cost_nanos) == ("vector.storage", charged)
+    assert audit_findings().drift == []
     # The next run right after has (almost) nothing new to charge: no double charge.
     assert storage_meter() == 0
     assert StorageCharge.objects.count() == 1
