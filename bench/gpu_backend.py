@@ -5,6 +5,11 @@ that is already running, then prints a Markdown table:
 
     python bench/gpu_backend.py --threads 2                 # CPU (or CUDA when present)
     python bench/gpu_backend.py --url http://127.0.0.1:8001 # an existing server
+    python bench/gpu_backend.py --threads 1 --llama-cpp /tmp/llamacpp-venv/bin/python
+
+``--llama-cpp PYTHON`` adds llama.cpp on the same GGUF as reference rows, measured in the same
+run right after the server (``bench/llama_cpp_reference.py`` under ``PYTHON``, an interpreter of
+a throwaway virtualenv with ``llama-cpp-python``; never the project's, see docs/performance.md).
 
 Per concurrency level every stream asks for the same number of tokens; usage comes from the
 server (``stream_options.include_usage``), so token counts are exact. Reported per level:
@@ -34,6 +39,7 @@ from pathlib import Path
 import httpx
 
 from gpu_backend.config import default_threads
+from gpu_backend.locate import smollm2_gguf
 
 REPO = Path(__file__).resolve().parents[1]
 CHAT_MODEL = "SmolLM2-135M-Instruct"
@@ -89,6 +95,8 @@ def server(args: argparse.Namespace) -> Iterator[str]:
     ]  # fmt: skip
     if args.cache_dir:
         command += ["--cache-dir", args.cache_dir]
+    if args.cpu_weights:
+        command += ["--cpu-weights", args.cpu_weights]
     log = Path(tempfile.mkstemp(prefix="gpu-backend-bench-", suffix=".log")[1])
     with log.open("wb") as sink:
         process = subprocess.Popen(command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
@@ -192,18 +200,48 @@ async def embeddings_rates(url: str, requests: int) -> tuple[float, float, int]:
     return concurrent, batch, merged
 
 
-def print_tables(device: str, levels: list[LevelResult], embed: tuple[float, float, int]) -> None:
-    """The Markdown tables docs/performance.md quotes."""
+def llama_cpp_levels(args: argparse.Namespace) -> list[LevelResult]:
+    """llama.cpp's rows: ``bench/llama_cpp_reference.py`` run under ``args.llama_cpp``."""
+    command = [
+        args.llama_cpp, str(REPO / "bench" / "llama_cpp_reference.py"),
+        "--gguf", str(smollm2_gguf()), "--threads", str(args.threads),
+        "--streams", ",".join(str(n) for n in args.streams),
+        "--max-tokens", str(args.max_tokens),
+    ]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return [
+        LevelResult(
+            streams=r["streams"],
+            ttft_median_s=r["ttft_s"],
+            ttft_max_s=r["ttft_s"],
+            aggregate_tps=r["aggregate_tps"],
+            per_stream_tps=r["per_stream_tps"],
+            tokens=r["tokens"],
+            max_batch=r["streams"],
+        )
+        for r in rows
+    ]
+
+
+def print_tables(
+    device: str,
+    levels: list[LevelResult],
+    embed: tuple[float, float, int],
+    reference: list[LevelResult],
+) -> None:
+    """The Markdown tables docs/performance.md quotes (llama.cpp rows when measured)."""
     print(f"\nChat ({CHAT_MODEL}, {device}), streaming, greedy:\n")
     print(
-        "| streams | TTFT median (s) | TTFT max (s) | aggregate tok/s | per-stream tok/s "
-        "| tokens | max batch seen |"
+        "| engine | streams | TTFT median (s) | TTFT max (s) | aggregate tok/s "
+        "| per-stream tok/s | tokens | max batch seen |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for r in levels:
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    rows = [("gpu-backend", r) for r in levels] + [("llama.cpp", r) for r in reference]
+    for engine, r in rows:
         print(
-            f"| {r.streams} | {r.ttft_median_s:.2f} | {r.ttft_max_s:.2f} | {r.aggregate_tps:.1f} "
-            f"| {r.per_stream_tps:.1f} | {r.tokens} | {r.max_batch} |"
+            f"| {engine} | {r.streams} | {r.ttft_median_s:.2f} | {r.ttft_max_s:.2f} "
+            f"| {r.aggregate_tps:.1f} | {r.per_stream_tps:.1f} | {r.tokens} | {r.max_batch} |"
         )
     concurrent, batch, merged = embed
     print(f"\nEmbeddings ({EMBED_MODEL}, {device}):\n")
@@ -226,13 +264,21 @@ def main() -> None:
     )
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--embedding-requests", type=int, default=256)
+    parser.add_argument(
+        "--llama-cpp", metavar="PYTHON", help="an interpreter with llama-cpp-python: adds its rows"
+    )
+    parser.add_argument(
+        "--cpu-weights", choices=("int8", "fp32"), default=None, help="the server's --cpu-weights"
+    )
     args = parser.parse_args()
     with server(args) as url:
         health = httpx.get(url + "/health").json()
-        device = f"{health['device']}/{health['dtype']}, {health['threads']} thread(s)"
+        chat = health["models"][CHAT_MODEL]["detail"]
+        device = f"{chat}, {health['threads']} thread(s)"
         levels = [asyncio.run(chat_level(url, n, args.max_tokens)) for n in args.streams]
         embed = asyncio.run(embeddings_rates(url, args.embedding_requests))
-    print_tables(device, levels, embed)
+    reference = llama_cpp_levels(args) if args.llama_cpp else []
+    print_tables(device, levels, embed, reference)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from . import (
     SPEECH_MODEL_ID,
     TRANSCRIPTION_MODEL_ID,
 )
-from .chat_model import load_chat_model, needs_conversion
+from .chat_model import load_chat_model, needs_conversion, prebuilt_dir
 from .config import BackendConfig
 from .device import DeviceSpec, select_device
 from .embeddings import EmbeddingBatcher, load_encoder
@@ -225,13 +225,15 @@ class Backend:
     # --- loaders: each returns (service, one-line detail) --------------------------------------
 
     def _load_chat(self) -> tuple[GenerationEngine, str]:
-        chat = load_chat_model(self.config.cache_dir, self.spec)
+        chat = load_chat_model(self.config.cache_dir, self.spec, self.config.cpu_weights)
         engine = GenerationEngine(chat, max_batch=self.config.max_batch)
         engine.start()
         self.engine = engine
+        weights = self.spec.dtype_name if self.spec.is_cuda else self.config.cpu_weights
         return (
             engine,
-            f"{self.spec.device.type}/{self.spec.dtype_name}, context {chat.context_length}",
+            f"{self.spec.device.type}/{self.spec.dtype_name}, {weights} weights, "
+            f"context {chat.context_length}",
         )
 
     def _shared_batcher(self) -> EmbeddingBatcher:
@@ -247,7 +249,7 @@ class Backend:
 
     def _load_moderation(self) -> tuple[ModerationService, str]:
         batcher = self._shared_batcher()
-        classifier = ModerationClassifier(batcher.encoder)
+        classifier = ModerationClassifier(batcher.encoder, (self.config.cache_dir, prebuilt_dir()))
         detail = (
             f"{len(classifier.labels)} exemplars, threshold {classifier.threshold:.2f}, "
             f"background {classifier.background:.2f}, LOO F1 {classifier.calibration_f1:.2f}"

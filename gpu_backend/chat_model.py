@@ -23,6 +23,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from . import CHAT_MODEL_ID
 from .device import DeviceSpec
 from .locate import smollm2_gguf
+from .quantize import quantize_linears
 
 MARKER = "infrai-source.json"
 
@@ -140,9 +141,11 @@ def prepare(root: Path) -> tuple[Path, bool]:
     return target, True
 
 
-def load_chat_model(cache_dir: Path, spec: DeviceSpec) -> ChatModel:
+def load_chat_model(cache_dir: Path, spec: DeviceSpec, cpu_weights: str = "int8") -> ChatModel:
     """Load SmolLM2 from a current converted copy (the cache dir's or the prebuilt one), converting
-    into ``cache_dir`` only when there is none."""
+    into ``cache_dir`` only when there is none. On the CPU, ``cpu_weights`` ``int8`` (default)
+    swaps every linear layer for :class:`~gpu_backend.quantize.Int8Linear` (a decode step about
+    twice as fast); ``fp32`` keeps the float weights. CUDA always computes in ``spec.dtype``."""
     gguf = smollm2_gguf()
     fingerprint = source_fingerprint(gguf)
     target = current_copy(cache_dir, fingerprint)
@@ -152,6 +155,8 @@ def load_chat_model(cache_dir: Path, spec: DeviceSpec) -> ChatModel:
     tokenizer = AutoTokenizer.from_pretrained(target)
     model: Any = AutoModelForCausalLM.from_pretrained(target, dtype=spec.dtype)
     model = model.to(spec.device).eval()
+    if not spec.is_cuda and cpu_weights == "int8":
+        quantize_linears(model)
     return ChatModel(
         model=model,
         tokenizer=tokenizer,

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .config import (
+    CPU_WEIGHTS,
     DEFAULT_LOAD_WAIT_S,
+    ENV_CPU_WEIGHTS,
     ENV_DEVICE,
     ENV_HOST,
     ENV_LOAD_WAIT,
@@ -86,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"(${ENV_LOAD_WAIT})",
     )
     parser.add_argument(
+        "--cpu-weights",
+        choices=CPU_WEIGHTS,
+        default=env(ENV_CPU_WEIGHTS, "int8"),
+        help="the chat model's linear layers on the CPU: int8 (about twice as fast a decode "
+        f"step) or fp32 (${ENV_CPU_WEIGHTS})",
+    )
+    parser.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
     )
     return parser
@@ -127,6 +136,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> BackendConfig:
         tts_engine=args.tts_engine,
         log_level=args.log_level,
         load_wait_s=max(0.0, args.load_wait),
+        cpu_weights=args.cpu_weights,
     )
 
 

@@ -23,7 +23,14 @@ category".
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -108,13 +115,55 @@ def calibrate(similarities: torch.Tensor, labels: torch.Tensor) -> tuple[float, 
     return background, threshold, fbeta_at(best_scores, positive, threshold)
 
 
+def exemplar_cache_name(encoder: Encoder) -> str:
+    """The file name of the exemplar embeddings for this encoder's device and dtype: a hash of the
+    exemplar texts, the encoder's weights file and the dtype, so any change makes a new file."""
+    texts = [text for text, _ in EXEMPLARS]
+    weights = getattr(encoder.model, "name_or_path", "") or type(encoder.model).__name__
+    key = json.dumps([texts, str(weights), encoder.spec.device.type, encoder.spec.dtype_name])
+    return f"moderation-exemplars-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
+
+
+def exemplar_embeddings(encoder: Encoder, cache_dirs: Sequence[Path] = ()) -> torch.Tensor:
+    """The exemplars' ``[n, 384]`` embeddings: read from the first of ``cache_dirs`` that holds
+    them (the install step writes them to the prebuilt dir), else encoded (~10 s on a busy CPU)
+    and saved to ``cache_dirs[0]`` (best effort) for the next start."""
+    name = exemplar_cache_name(encoder)
+    for directory in cache_dirs:
+        # A missing, partial or foreign file is only a cache miss (torch.load raises many types).
+        with contextlib.suppress(Exception):
+            cached = torch.load(directory / name, map_location=encoder.spec.device)
+            if isinstance(cached, torch.Tensor) and cached.shape[0] == len(EXEMPLARS):
+                return cached
+    texts = [text for text, _ in EXEMPLARS]
+    embeddings = encoder.encode_ids([encoder.tokenize(t) for t in texts])
+    if cache_dirs:
+        save_atomically(embeddings, cache_dirs[0] / name)
+    return embeddings
+
+
+def save_atomically(tensor: torch.Tensor, path: Path) -> None:
+    """``torch.save`` to a temporary sibling renamed into place (best effort: errors ignored)."""
+    with contextlib.suppress(OSError, RuntimeError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # torch names the archive after the file's stem: it must not start with a dot
+        handle, staging = tempfile.mkstemp(prefix="staging-", suffix=".pt", dir=path.parent)
+        os.close(handle)
+        try:
+            torch.save(tensor.cpu(), staging)
+            os.chmod(staging, 0o644)
+            os.replace(staging, path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(staging)
+
+
 class ModerationClassifier:
     """Exemplar embeddings, their label matrix and the calibrated threshold."""
 
-    def __init__(self, encoder: Encoder) -> None:
+    def __init__(self, encoder: Encoder, cache_dirs: Sequence[Path] = ()) -> None:
         self.encoder = encoder
-        texts = [text for text, _ in EXEMPLARS]
-        self.exemplars = encoder.encode_ids([encoder.tokenize(t) for t in texts])
+        self.exemplars = exemplar_embeddings(encoder, cache_dirs)
         self.labels = torch.tensor(
             [[1.0 if c in cats else 0.0 for c in CATEGORIES] for _, cats in EXEMPLARS]
         )

@@ -1,4 +1,5 @@
-"""Install-time step: convert the SmolLM2 GGUF to the transformers copy the server loads.
+"""Install-time step: convert the SmolLM2 GGUF to the transformers copy the server loads, and
+embed the moderation exemplars (CPU, fp32) so the moderation model loads in a second.
 
 ``python -m gpu_backend.prepare [--dir DIR]`` (run by ``scripts/install.sh``). Without
 ``--dir`` the copy goes to :func:`~gpu_backend.chat_model.prebuilt_dir` inside the
@@ -29,7 +30,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from transformers.utils import logging as transformers_logging
 
     from .chat_model import prebuilt_dir, prepare
+    from .device import select_device
+    from .embeddings import load_encoder
     from .locate import ModelFilesMissing
+    from .moderation import exemplar_cache_name, exemplar_embeddings
 
     transformers_logging.disable_progress_bar()
     transformers_logging.set_verbosity_error()
@@ -44,6 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu-backend prepare: converted SmolLM2 GGUF to {target} in {seconds:.1f} s")
     else:
         print(f"gpu-backend prepare: {target} is current")
+    root = args.dir or prebuilt_dir()
+    encoder = load_encoder(select_device("cpu"))
+    if not (root / exemplar_cache_name(encoder)).exists():
+        began = time.perf_counter()
+        exemplar_embeddings(encoder, [root])
+        seconds = time.perf_counter() - began
+        print(f"gpu-backend prepare: embedded the moderation exemplars in {seconds:.1f} s")
     return 0
 
 

@@ -21,7 +21,7 @@ from gpu_backend.embeddings import load_encoder
 from gpu_backend.moderation import ModerationClassifier, ModerationResult
 from gpu_backend.moderation_exemplars import EXEMPLARS
 
-EVAL_PATH = Path(__file__).resolve().parents[3] / "bench" / "data" / "moderation_eval.jsonl"
+EVAL_PATH = Path(__file__).resolve().parents[2] / "bench" / "data" / "moderation_eval.jsonl"
 MAX_BENIGN_FALSE_POSITIVE_RATE = 0.06
 MIN_FLAGGED_RECALL = 0.85
 

@@ -1,0 +1,130 @@
+"""llama.cpp on the same GGUF, as the reference row of ``bench/gpu_backend.py --llama-cpp``.
+
+Runs under an interpreter that has ``llama-cpp-python`` (a throwaway virtualenv, never the
+project's: it builds from source in ~8 minutes) and imports nothing of the project::
+
+    /tmp/llamacpp-venv/bin/python bench/llama_cpp_reference.py --gguf PATH --threads 1
+
+For each number of streams it prefills that many chat prompts in one batch (each its own
+sequence), then decodes all of them together, greedy, ``--max-tokens`` tokens each (end-of-turn
+ignored, so every stream decodes the same count), through llama.cpp's own batched
+``llama_decode``. Prints one JSON object per level: ``streams``, ``ttft_s`` (the prefill and first
+token), ``aggregate_tps`` (all tokens over the level's wall time) and ``per_stream_tps`` (tokens
+after the first over the time after the first, per stream).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import time
+
+import llama_cpp as lc
+import numpy as np
+
+PROMPTS = [
+    "Write a long story about a lighthouse keeper.",
+    "Explain how a steam engine works, in detail.",
+    "Describe a walk through a busy market in the morning.",
+    "Write a detailed history of the bicycle.",
+]
+
+
+def chatml(prompt: str) -> bytes:
+    """SmolLM2's chat template (ChatML) around one user message, ready for the answer."""
+    return f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n".encode()
+
+
+def tokenize(vocab: lc.llama_vocab_p, text: bytes) -> list[int]:
+    """Token ids of ``text`` with the template's special tokens parsed."""
+    buffer = (lc.llama_token * 512)()
+    count = lc.llama_tokenize(vocab, text, len(text), buffer, 512, True, True)
+    return list(buffer[:count])
+
+
+def fill(batch: lc.llama_batch, entries: list[tuple[int, int, int, bool]]) -> None:
+    """Put ``(token, position, sequence, wants_logits)`` entries into ``batch``."""
+    for i, (token, position, seq, logits) in enumerate(entries):
+        batch.token[i] = token
+        batch.pos[i] = position
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq
+        batch.logits[i] = 1 if logits else 0
+    batch.n_tokens = len(entries)
+
+
+def level(ctx: lc.llama_context_p, vocab: lc.llama_vocab_p, streams: int, max_tokens: int) -> dict:
+    """One concurrency level: batched prefill, then ``max_tokens - 1`` batched decode steps."""
+    lc.llama_memory_clear(lc.llama_get_memory(ctx), True)
+    n_vocab = lc.llama_vocab_n_tokens(vocab)
+    batch = lc.llama_batch_init(4096, 0, streams)
+    prompts = [tokenize(vocab, chatml(PROMPTS[s % len(PROMPTS)])) for s in range(streams)]
+
+    def argmax(index: int) -> int:
+        logits = lc.llama_get_logits_ith(ctx, index)
+        return int(np.argmax(np.ctypeslib.as_array(logits, shape=(n_vocab,))))
+
+    began = time.perf_counter()
+    entries, last_index = [], []
+    for seq, ids in enumerate(prompts):
+        for pos, token in enumerate(ids):
+            entries.append((token, pos, seq, pos == len(ids) - 1))
+        last_index.append(len(entries) - 1)
+    fill(batch, entries)
+    if lc.llama_decode(ctx, batch) != 0:
+        raise RuntimeError("llama_decode failed on the prefill")
+    current = [argmax(i) for i in last_index]
+    first = time.perf_counter() - began
+    positions = [len(ids) for ids in prompts]
+    for _ in range(max_tokens - 1):
+        fill(batch, [(current[s], positions[s], s, True) for s in range(streams)])
+        if lc.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed on a decode step")
+        current = [argmax(s) for s in range(streams)]
+        positions = [p + 1 for p in positions]
+    wall = time.perf_counter() - began
+    lc.llama_batch_free(batch)
+    return {
+        "streams": streams,
+        "ttft_s": first,
+        "aggregate_tps": streams * max_tokens / wall,
+        "per_stream_tps": (max_tokens - 1) / (wall - first),
+        "tokens": streams * max_tokens,
+    }
+
+
+@lc.llama_log_callback
+def _quiet(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    """llama.cpp's log lines (model card, timings) are not part of the output."""
+
+
+def main() -> None:
+    """Load the GGUF once and print one JSON line per level."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gguf", required=True)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--streams", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16]
+    )
+    parser.add_argument("--max-tokens", type=int, default=64)
+    args = parser.parse_args()
+    lc.llama_backend_init()
+    lc.llama_log_set(_quiet, ctypes.c_void_p(0))
+    model = lc.llama_model_load_from_file(args.gguf.encode(), lc.llama_model_default_params())
+    params = lc.llama_context_default_params()
+    params.n_ctx = 256 * max(args.streams)
+    params.n_batch = params.n_ubatch = 4096
+    params.n_seq_max = max(args.streams)
+    params.n_threads = params.n_threads_batch = args.threads
+    ctx = lc.llama_init_from_model(model, params)
+    vocab = lc.llama_model_get_vocab(model)
+    level(ctx, vocab, 1, 8)  # warm-up
+    for streams in args.streams:
+        print(json.dumps(level(ctx, vocab, streams, args.max_tokens)), flush=True)
+    lc.llama_free(ctx)
+    lc.llama_model_free(model)
+
+
+if __name__ == "__main__":
+    main()
