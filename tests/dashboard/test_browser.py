@@ -1,5 +1,6 @@
 """The dashboard in a real browser (Debian's chromium through Playwright) against the whole ASGI
-app served by daphne: sign-up to first call, live usage, Checkout top-up, roles, isolation.
+app served by uvicorn (static files by WhiteNoise, as in production): sign-up to a first call,
+the playground, live pages against a reload, Checkout top-up, roles, isolation, phone layout.
 
 Set ``INFRAI_SCREENSHOTS=1`` to (re)write the screenshots under ``docs/screenshots/``;
 otherwise they go to the test's temporary directory.
@@ -16,14 +17,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import httpx
 import openai
 import pytest
 import stripe
-from django.conf import settings
-from django.contrib.staticfiles import finders
 from django.core import mail
 from django.test import Client
 from playwright.sync_api import BrowserContext, Page, Route, expect
@@ -75,18 +73,6 @@ def shots(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _serve_static(route: Route) -> None:
-    """The test server runs with DEBUG off, where Django serves no static files (a front web
-    server does in production); the browser gets them from the app's static finders here."""
-    prefix = "/" + settings.STATIC_URL.strip("/") + "/"
-    relative = urlparse(route.request.url).path.removeprefix(prefix)
-    found = finders.find(relative)
-    if isinstance(found, str):
-        route.fulfill(path=found)
-    else:
-        route.fulfill(status=404, body="not found")
-
-
 @pytest.fixture
 def context(browser: Any, live_url: str) -> Iterator[BrowserContext]:
     ctx = browser.new_context(
@@ -94,7 +80,6 @@ def context(browser: Any, live_url: str) -> Iterator[BrowserContext]:
         permissions=["clipboard-read", "clipboard-write"],
         base_url=live_url,
     )
-    ctx.route(f"{live_url}/static/**", _serve_static)
     yield ctx
     ctx.close()
 
@@ -718,7 +703,6 @@ def test_main_pages_fit_the_window_on_a_phone_and_a_desktop(
     }
     detail = request_log_row(organization_id=org.pk, routing=long_route)
     ctx = browser.new_context(viewport={"width": width, "height": height}, base_url=live_url)
-    ctx.route(f"{live_url}/static/**", _serve_static)
     page = ctx.new_page()
     try:
         for path in ("/", "/login/", "/signup/", "/no-such-page/"):

@@ -56,3 +56,28 @@ def test_anonymous_users_are_sent_to_log_in(client, make_org):
     response = client.get(f"/o/{org.slug}/keys/")
     assert response.status_code == 302 and response["Location"].startswith("/login/?next=")
     assert "Create an account" in client.get("/").content.decode()
+
+
+def test_unknown_pages_get_the_styled_404_page(client):
+    page = client.get("/no-such-page/")
+    assert page.status_code == 404
+    assert "<h1>Page not found</h1>" in page.content.decode()
+    assert 'rel="icon"' in page.content.decode()
+
+
+def test_the_500_page_renders_without_a_request_context(rf):
+    from django.views.defaults import server_error
+
+    response = server_error(rf.get("/"))
+    assert response.status_code == 500
+    assert "Something went wrong on our side" in response.content.decode()
+
+
+def test_static_files_and_the_favicon_are_served_with_debug_off(client, settings):
+    assert settings.DEBUG is False
+    css = client.get("/static/dashboard/app.css")
+    assert css.status_code == 200
+    assert b"".join(css.streaming_content if css.streaming else [css.content]).strip()
+    favicon = client.get("/favicon.ico")
+    assert favicon.status_code in (301, 302) and favicon["Location"].endswith("favicon.svg")
+    assert client.get(favicon["Location"]).status_code == 200
