@@ -9,6 +9,7 @@ from accounts.services import (
     membership_set,
     project_create,
 )
+from management.models import AdminKey
 from tests.dashboard.factories import request_log_row
 from tests.management.conftest import new_user
 
@@ -23,8 +24,9 @@ def test_another_organizations_ids_are_404_and_nothing_changes(tenant, make_tena
     )
     log = request_log_row(organization_id=tenant.org.pk, project_id=project.pk)
 
+    admin_key = AdminKey.objects.get(organization=tenant.org)
     intruder = make_tenant("Intruder").http
-    p, k = f"proj_{project.pk}", f"key_{key.pk}"
+    p, k, a = f"proj_{project.pk}", f"key_{key.pk}", f"admin_key_{admin_key.pk}"
     attempts = [
         ("GET", f"/projects/{p}", None),
         ("POST", f"/projects/{p}", {"name": "pwned", "monthly_budget_usd": "0"}),
@@ -33,6 +35,7 @@ def test_another_organizations_ids_are_404_and_nothing_changes(tenant, make_tena
         ("POST", f"/projects/{p}/api_keys", {"name": "backdoor"}),
         ("GET", f"/projects/{p}/api_keys/{k}", None),
         ("POST", f"/projects/{p}/api_keys/{k}", {"requests_per_minute": 1}),
+        ("POST", f"/projects/{p}/api_keys/{k}", {"monthly_budget_usd": "0"}),
         ("DELETE", f"/projects/{p}/api_keys/{k}", None),
         ("GET", f"/users/user_{member.pk}", None),
         ("POST", f"/users/user_{member.pk}", {"role": "owner"}),
@@ -40,6 +43,8 @@ def test_another_organizations_ids_are_404_and_nothing_changes(tenant, make_tena
         ("GET", f"/invites/invite_{invite.pk}", None),
         ("DELETE", f"/invites/invite_{invite.pk}", None),
         ("GET", f"/requests/{log.request_id}", None),
+        ("GET", f"/admin_api_keys/{a}", None),
+        ("DELETE", f"/admin_api_keys/{a}", None),
     ]
     statuses = {
         (method, path): intruder.request(method, path, json=body).status_code
@@ -62,7 +67,10 @@ def test_another_organizations_ids_are_404_and_nothing_changes(tenant, make_tena
         None,
         None,
     )
-    assert (key.revoked_at, key.requests_per_minute) == (None, 600)
+    assert (key.revoked_at, key.requests_per_minute, key.monthly_budget_nanos) == (None, 600, None)
+    admin_key.refresh_from_db()
+    assert admin_key.revoked_at is None
+    assert tenant.http.get("/projects").status_code == 200
     assert ApiKey.objects.filter(project=project).count() == 1
     assert Membership.objects.get(organization=tenant.org, user=member).role == "member"
     assert Invitation.objects.get(pk=invite.pk).revoked_at is None
