@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accounts.models import ApiKey, Invitation, Membership
+from accounts.models import Invitation, Membership
 from accounts.services import (
     api_key_create,
     invitation_create,
@@ -48,7 +48,7 @@ def test_users_keys_invites_and_admin_keys_page_over_several_pages(tenant):
         admin_key_create(organization=tenant.org, created_by=tenant.owner)
     org = tenant.org
     expected = {
-        f"/projects/proj_{project.pk}/api_keys": _ids("key_", ApiKey.objects.filter(project=project)),
+        f"/projects/proj_{project.pk}/api_keys": _ids("key_", project.api_keys.all()),
         "/users": [f"user_{m.user_id}" for m in Membership.objects.filter(organization=org)],
         "/invites": _ids("invite_", Invitation.objects.filter(organization=org)),
         "/admin_api_keys": _ids("admin_key_", AdminKey.objects.filter(organization=org)),
