@@ -3,18 +3,32 @@
 Any app may announce that something of an organization changed; the dashboard's websocket
 consumer (:mod:`dashboard.consumers`) turns announcements into what the page shows. Sending is
 best effort: a failing channel layer is logged, never raised, so it cannot fail the caller.
+
+Announcements cost Redis round trips, so they go only to organizations with a page open: the
+consumer counts its pages in (:func:`watch`/:func:`unwatch`), and a process trusts what it read
+of that count for :data:`WATCH_MEMO_S`. A page that opens may therefore miss that long of
+announcements (as it misses those between its render and its socket opening): the consumer
+tells it to re-read once that window has passed (``resync``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from config import fastcache
+
 log = logging.getLogger(__name__)
+# How long a process trusts what it read of an organization's open-page count.
+WATCH_MEMO_S = 1.0
+# A count left behind by a process that died with pages open expires after this long.
+_WATCH_TTL_S = 86_400
+_watched: dict[int, tuple[float, bool]] = {}
 
 
 def group_name(organization_id: int) -> str:
@@ -22,12 +36,42 @@ def group_name(organization_id: int) -> str:
     return f"org-{organization_id}"
 
 
+def _watchers_key(organization_id: int) -> str:
+    return f"live:watchers:{organization_id}"
+
+
+async def watch(organization_id: int) -> None:
+    """A page of the organization opened (announcements start reaching it)."""
+    await fastcache.incr_many([(_watchers_key(organization_id), 1)], _WATCH_TTL_S)
+    _watched.pop(organization_id, None)
+
+
+async def unwatch(organization_id: int) -> None:
+    """A page that :func:`watch` counted closed."""
+    await fastcache.incr_many([(_watchers_key(organization_id), -1)], _WATCH_TTL_S)
+
+
+async def _is_watched(organization_id: int) -> bool:
+    """Whether the organization has a page open, as read at most :data:`WATCH_MEMO_S` ago."""
+    now = time.monotonic()
+    memo = _watched.get(organization_id)
+    if memo is not None and memo[0] > now:
+        return memo[1]
+    count = await fastcache.get(_watchers_key(organization_id))
+    watched = bool(count and int(count) > 0)
+    _watched[organization_id] = (now + WATCH_MEMO_S, watched)
+    return watched
+
+
 async def asend(organization_id: int, payload: dict[str, Any]) -> None:
-    """Send ``payload`` (a ``kind`` plus fields) to the organization's pages."""
+    """Send ``payload`` (a ``kind`` plus fields) to the organization's pages, if it has any
+    open."""
     layer = get_channel_layer()
     if layer is None:
         return
     try:
+        if not await _is_watched(organization_id):
+            return
         await layer.group_send(group_name(organization_id), {"type": "live.event", **payload})
     except Exception:  # best effort: never fail the caller
         log.warning("live push to org %s failed", organization_id, exc_info=True)

@@ -32,13 +32,14 @@ class DrainingServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         from django.conf import settings
 
-        from inference.pipeline import drain
+        from inference.pipeline import close_clients, drain
 
         for server in self.servers:
             server.close()
         if not self.force_exit:
             await drain(grace_s=float(settings.INFRAI_DRAIN_S))
         await super().shutdown(sockets=sockets)
+        await close_clients()
 
 
 def build(host: str, port: int, *, log_level: str = "warning") -> DrainingServer:

@@ -13,6 +13,7 @@ from django.contrib import auth
 
 from accounts.models import Membership, Organization, User
 from billing.selectors import wallet_summary
+from config import live
 from config.db import db_async
 from config.live import group_name
 from dashboard.permissions import SEE_BILLING
@@ -121,6 +122,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     """
 
     group: str = ""
+    _resync: asyncio.TimerHandle | None = None
     session_key: str | None = None
     user_id: int = 0
     organization_id: int = 0
@@ -136,11 +138,21 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.user_id, self.organization_id, _ = found
         self.group = group_name(self.organization_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await live.watch(self.organization_id)
         await self.accept()
+        # Announcements may skip this page for up to WATCH_MEMO_S after it opened (processes
+        # trust their "nobody is watching" that long): then ask the page to re-read.
+        self._resync = asyncio.get_running_loop().call_later(
+            live.WATCH_MEMO_S, lambda: asyncio.ensure_future(self.send_json({"kind": "resync"}))
+        )
 
     async def disconnect(self, code: int) -> None:
+        if self._resync is not None:
+            self._resync.cancel()
+            self._resync = None
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            await live.unwatch(self.organization_id)
             self.group = ""
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:

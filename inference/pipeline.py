@@ -27,15 +27,16 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import transaction
+from django.db import models, transaction
+from psycopg.types.json import Jsonb
 
 from accounts.auth import KeyContext
-from billing.services import ahold_open, aholds_renew, hold_settle
+from billing.services import ahold_open, aholds_renew, arequest_recharge, asettle, hold_settle
 from catalog import health
 from catalog.routing import Candidate, RoutingDecision, RoutingRequest
 from catalog.selectors import credentials_value, routing_decide
 from catalog.types import CircuitState
-from config import live
+from config import adb, live
 from config.db import db_async
 from config.errors import (
     ApiError,
@@ -50,6 +51,7 @@ from inference import limits, response_cache
 from inference.http import ApiRequest, on_unlogged_failure
 from inference.models import RequestLog, RequestStatus
 from inference.vendors import Adapter, VendorTarget, adapter_for
+from inference.vendors import http as vendor_http
 from inference.vendors.errors import VendorError, VendorLoading, VendorRejected, VendorTimeout
 from money.pricing import Usage, cost_nanos
 from money.usd import nanos_to_usd_str
@@ -494,6 +496,12 @@ async def drain(*, grace_s: float) -> int:
     return len(ended)
 
 
+async def close_clients() -> None:
+    """Close this loop's vendor HTTP session and database pool (after :func:`drain`)."""
+    await vendor_http.close()
+    await adb.close()
+
+
 def _keep(task: asyncio.Future[Any]) -> None:
     _background.add(task)  # type: ignore[arg-type]
     task.add_done_callback(_background.discard)  # type: ignore[arg-type]
@@ -578,17 +586,19 @@ def _clean_row(row: RequestLog) -> None:
     row.ignored_params = _clean_text(row.ignored_params)
 
 
+def _settle_description(row: RequestLog) -> str:
+    return f"{row.endpoint} {row.model}".strip()
+
+
 def _settle_only(row: RequestLog, held: bool, cost: int) -> None:
     if held:
         hold_settle(
-            request_id=row.request_id,
-            actual_nanos=cost,
-            description=f"{row.endpoint} {row.model}".strip(),
+            request_id=row.request_id, actual_nanos=cost, description=_settle_description(row)
         )
 
 
 def _record_and_settle_now(row: RequestLog, held: bool, cost: int) -> None:
-    """The request-log row and the settlement in one transaction.
+    """The request-log row and the settlement in one transaction (ORM, any database).
 
     If the row cannot be written even after cleaning, the hold is settled on its own (money
     first) and a minimal row — no routing, no prompt, ``log_write_failed`` — is written.
@@ -609,12 +619,63 @@ def _record_and_settle_now(row: RequestLog, held: bool, cost: int) -> None:
     row.save(force_insert=True)
 
 
-_record_and_settle_sync = db_async(_record_and_settle_now)
+_record_and_settle_in_thread = db_async(_record_and_settle_now)
+
+_LOG_FIELDS = tuple(f for f in RequestLog._meta.concrete_fields if not f.primary_key)
+_LOG_INSERT = "INSERT INTO {table} ({columns}) VALUES ({values})".format(
+    table=RequestLog._meta.db_table,
+    columns=", ".join(str(f.column) for f in _LOG_FIELDS),
+    values=", ".join(f"%(log_{f.attname})s" for f in _LOG_FIELDS),
+)
+_LOG_JSON = frozenset(f.attname for f in _LOG_FIELDS if isinstance(f, models.JSONField))
+
+
+def _log_values(row: RequestLog) -> dict[str, Any]:
+    """``row``'s column values for :data:`_LOG_INSERT` (JSON columns wrapped for psycopg)."""
+    return {
+        f"log_{name}": Jsonb(value) if name in _LOG_JSON else value
+        for name, value in ((f.attname, getattr(row, f.attname)) for f in _LOG_FIELDS)
+    }
+
+
+async def _record_and_settle_on_loop(row: RequestLog, held: bool, cost: int) -> bool:
+    """PostgreSQL: :func:`_record_and_settle_now` without leaving the event loop — the row's
+    INSERT and the settlement in ONE statement (:func:`billing.services.asettle` runs the row's
+    INSERT inside its own statement), so both commit together.
+
+    Returns False, with nothing written, when the row could not be written (the ORM path then
+    settles alone and writes a minimal row). When the hold was no longer open (expired, which
+    only a process stalled past the hold TTL sees), the row is written and the settlement
+    follows on the ORM path, which charges an expired hold at most what the wallet holds.
+    """
+    _clean_row(row)
+    try:
+        async with adb.connection() as conn:
+            if not held:
+                await conn.execute(_LOG_INSERT, _log_values(row))
+                return True
+            settled = await asettle(
+                conn,
+                request_id=row.request_id,
+                actual_nanos=cost,
+                description=_settle_description(row),
+                before=(_LOG_INSERT, _log_values(row)),
+            )
+    except Exception:
+        log.warning("request log of %s not written on the loop", row.request_id, exc_info=True)
+        return False
+    if settled is None:
+        await db_async(_settle_only)(row, held, cost)
+    elif settled.recharge_wallet_id is not None:
+        spawn(arequest_recharge(settled.recharge_wallet_id))
+    return True
 
 
 async def _record_and_settle(row: RequestLog, held: bool, cost: int) -> None:
     try:
-        await _record_and_settle_sync(row, held, cost)
+        if adb.enabled() and await _record_and_settle_on_loop(row, held, cost):
+            return
+        await _record_and_settle_in_thread(row, held, cost)
     except Exception:
         # Only a database that refuses everything gets here: the hold stays open, renewal
         # stops with the call, and the sweeper releases it (logged there with its request).

@@ -24,7 +24,23 @@ def _clear_cache() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def live_url() -> Iterator[str]:
+def _no_stray_connections(django_db_setup: None, django_db_blocker: object) -> Iterator[None]:
+    """Before the test database is dropped, end the sessions servers left on it (a server's
+    async pool on a loop that stopped without closing it would block ``DROP DATABASE``)."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cur:  # type: ignore[attr-defined]
+        cur.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
+@pytest.fixture(scope="session")
+def live_url(_no_stray_connections: None) -> Iterator[str]:
     """Base URL of the real ASGI app served by the production server, uvicorn
     (``http://127.0.0.1:PORT``)."""
     with uvicorn_server() as url:
@@ -32,7 +48,7 @@ def live_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def daphne_url() -> Iterator[str]:
+def daphne_url(_no_stray_connections: None) -> Iterator[str]:
     """The same app served by daphne (Channels' development server), for a smoke test."""
     with daphne_server() as url:
         yield url

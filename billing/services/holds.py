@@ -75,14 +75,23 @@ integer nano-USD.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.utils import timezone
+from psycopg import AsyncConnection
+from psycopg.errors import UniqueViolation
 
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
-from billing.services.ledger import auto_recharge_on_commit, post_entry, wallet_apply
+from billing.services.ledger import (
+    auto_recharge_enqueue,
+    auto_recharge_on_commit,
+    post_entry,
+    wallet_apply,
+)
+from config import adb
 from config.errors import InsufficientQuota
 from money.usd import nanos_to_usd_str
 
@@ -234,10 +243,14 @@ def _key_budget_check(*, key_id: int, month: dt.date, amount_nanos: int, budget_
     with connection.cursor() as cur:
         cur.execute(_KEY_SPENT, [key_id, month])
         (spent,) = cur.fetchone()
-    if spent <= budget_nanos:
-        return
+    if spent > budget_nanos:
+        raise _key_budget_refusal(spent=spent, amount_nanos=amount_nanos, budget_nanos=budget_nanos)
+
+
+def _key_budget_refusal(*, spent: int, amount_nanos: int, budget_nanos: int) -> InsufficientQuota:
+    """The 402 for a key whose month, this hold included, came to ``spent`` > its budget."""
     left = max(budget_nanos - (spent - amount_nanos), 0)
-    raise InsufficientQuota(
+    return InsufficientQuota(
         "This request would exceed this API key's monthly budget of "
         f"${nanos_to_usd_str(budget_nanos)} (${nanos_to_usd_str(left)} left this month). "
         "Raise the key's budget or wait for the next month.",
@@ -698,17 +711,133 @@ async def ahold_open(
     key_budget_nanos: int | None = None,
     ttl_s: int = 900,
 ) -> None:
-    """:func:`hold_open` for async code (runs in a worker thread; same contract)."""
-    await _hold_open_async(
-        organization_id=organization_id,
-        project_id=project_id,
-        api_key_id=api_key_id,
-        request_id=request_id,
-        amount_nanos=amount_nanos,
-        budget_nanos=budget_nanos,
-        key_budget_nanos=key_budget_nanos,
-        ttl_s=ttl_s,
+    """:func:`hold_open` for async code, same contract. On PostgreSQL the opening statement
+    runs on the loop (:mod:`config.adb`: no thread hop, prepared after five uses); elsewhere,
+    and for a refusal's explanation, in a worker thread."""
+    if amount_nanos < 0:
+        raise ValueError("amount_nanos must be >= 0")
+    if not adb.enabled():
+        await _hold_open_async(
+            organization_id=organization_id,
+            project_id=project_id,
+            api_key_id=api_key_id,
+            request_id=request_id,
+            amount_nanos=amount_nanos,
+            budget_nanos=budget_nanos,
+            key_budget_nanos=key_budget_nanos,
+            ttl_s=ttl_s,
+        )
+        return
+    now = timezone.now()
+    params = _OpenParams(
+        org=organization_id,
+        project=project_id,
+        key=api_key_id,
+        rid=request_id,
+        amount=amount_nanos,
+        budget=budget_nanos,
+        month=month_start(now),
+        now=now,
+        expires=now + dt.timedelta(seconds=ttl_s),
     )
+    values = {name: getattr(params, name) for name in _OpenParams.__slots__}
+    try:
+        if budget_nanos is None and key_budget_nanos is None:
+            # Without a budget only the wallet can refuse, and then nothing is written: the
+            # statement is its own transaction (no BEGIN/COMMIT round trips).
+            async with adb.connection() as conn:
+                cur = await conn.execute(_OPEN_CTE, values)
+                if await cur.fetchone() is None:
+                    raise _Refused
+            return
+        async with adb.transaction() as conn:
+            cur = await conn.execute(_OPEN_CTE, values)
+            if await cur.fetchone() is None:
+                raise _Refused  # rolls back a wallet reservation the budget refused
+            if key_budget_nanos is not None and api_key_id is not None:
+                cur = await conn.execute(_KEY_SPENT, [api_key_id, params.month])
+                row = await cur.fetchone()
+                spent = int(row[0]) if row else 0
+                if spent > key_budget_nanos:
+                    raise _key_budget_refusal(
+                        spent=spent, amount_nanos=amount_nanos, budget_nanos=key_budget_nanos
+                    )
+    except _Refused:
+        raise await sync_to_async(_refusal_thread, thread_sensitive=False)(
+            organization_id=organization_id,
+            project_id=project_id,
+            month=params.month,
+            amount_nanos=amount_nanos,
+            budget_nanos=budget_nanos,
+        ) from None
+    except UniqueViolation as exc:
+        raise HoldExists(f"a hold for request {request_id} already exists") from exc
+
+
+def _refusal_thread(**kwargs: object) -> InsufficientQuota:
+    try:
+        return _refusal(**kwargs)  # type: ignore[arg-type]
+    finally:
+        close_old_connections()
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What :func:`asettle` did: the nano-USD charged, and the wallet whose auto-recharge
+    became due (``None`` when none did)."""
+
+    charged: int
+    recharge_wallet_id: int | None
+
+
+@functools.cache
+def _settle_after(statement: str) -> str:
+    """:data:`_SETTLE_CTE` with ``statement`` (data-modifying, named parameters) run first in
+    the same statement, as the CTE ``pre``."""
+    return _SETTLE_CTE.replace("WITH h AS (", f"WITH pre AS ({statement}), h AS (", 1)
+
+
+async def asettle(
+    conn: AsyncConnection,
+    *,
+    request_id: str,
+    actual_nanos: int,
+    description: str = "",
+    before: tuple[str, dict[str, object]] | None = None,
+) -> Settled | None:
+    """Settle ``request_id``'s **open** hold on ``conn`` with the single statement
+    :func:`hold_settle` uses on PostgreSQL (see its contract), in autocommit: the statement is
+    its own transaction.
+
+    ``before`` is the caller's own write, ``(sql, params)`` with named parameters (e.g. the
+    request-log row): it runs inside the same statement, so both commit together or neither
+    does. It runs whether or not a hold matched.
+
+    ``None`` when no open hold matched (settled already, expired, or never opened): the caller
+    then uses :func:`hold_settle`, which handles each of those (``before`` is written then).
+    After it, the caller passes ``recharge_wallet_id`` to :func:`arequest_recharge`.
+    """
+    params: dict[str, object] = {
+        "rid": request_id,
+        "actual": actual_nanos,
+        "desc": description[:255],
+        "now": timezone.now(),
+    }
+    sql = _SETTLE_CTE
+    if before is not None:
+        sql = _settle_after(before[0])
+        params.update(before[1])
+    cur = await conn.execute(sql, params)
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    return Settled(charged=int(row[0]), recharge_wallet_id=int(row[1]) if row[2] else None)
+
+
+async def arequest_recharge(wallet_id: int) -> None:
+    """Ask the worker to consider an auto-recharge of ``wallet_id`` (after the settlement that
+    made it due has committed; the worker re-checks the wallet under its lock)."""
+    await sync_to_async(auto_recharge_enqueue, thread_sensitive=False)(wallet_id)
 
 
 async def ahold_settle(*, request_id: str, actual_nanos: int, description: str = "") -> int:

@@ -8,6 +8,8 @@ Setting ``DATABASE_URL`` / ``REDIS_URL`` switches to PostgreSQL / Redis.
 from __future__ import annotations
 
 import contextlib
+import os
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 
@@ -160,7 +162,7 @@ STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY", default="")
 STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default="")
 STRIPE_API_BASE = env("STRIPE_API_BASE", default="")
 
-# --- billing (issue 4; documented in docs/billing.md) ---
+# --- billing (docs/billing.md) ---
 # Bounds of one Checkout top-up and of the auto-recharge amount, in whole USD.
 INFRAI_TOPUP_MIN_USD = env.int("INFRAI_TOPUP_MIN_USD", default=5)
 INFRAI_TOPUP_MAX_USD = env.int("INFRAI_TOPUP_MAX_USD", default=1000)
@@ -181,6 +183,9 @@ INFRAI_MAX_STREAM_S = env.float("INFRAI_MAX_STREAM_S", default=1800.0)
 # On SIGTERM (python -m config.server): how long calls in flight may finish before they are
 # ended with an error event and billed for what they delivered.
 INFRAI_DRAIN_S = env.float("INFRAI_DRAIN_S", default=20.0)
+# PostgreSQL connections per web process for the /v1 hot path's own statements (hold, log and
+# settle: config/adb.py), beside Django's pool for everything else.
+INFRAI_ASYNC_DB_POOL_SIZE = env.int("INFRAI_ASYNC_DB_POOL_SIZE", default=16)
 # Prefix of every key infrai keeps in the cache/Redis.
 INFRAI_CACHE_PREFIX = env("INFRAI_CACHE_PREFIX", default="infrai")
 
@@ -195,8 +200,12 @@ INFRAI_CIRCUIT_COOLDOWN_S = env.int("INFRAI_CIRCUIT_COOLDOWN_S", default=30)
 INFRAI_HEALTH_MEMO_S = env.float("INFRAI_HEALTH_MEMO_S", default=0.5)
 # Lifetime of the image URLs infrai serves for vendors that only return base64.
 INFRAI_IMAGE_URL_TTL_S = env.int("INFRAI_IMAGE_URL_TTL_S", default=3600)
+# Where vendor API keys are read: each vendor row names the environment variable that holds its
+# key (Vendor.credentials_env, e.g. OPENAI_API_KEY), so the names are catalog data, not settings.
+# "SECRETS" in the setting's name makes Django's error pages mask it.
+INFRAI_VENDOR_SECRETS: Mapping[str, str] = os.environ
 
-# --- hostile input (issue 12; documented in docs/security.md) ---
+# --- hostile input (docs/security.md) ---
 # Longest audio a transcription may hold (seconds); longer is a 400 before anything is held.
 INFRAI_MAX_AUDIO_SECONDS = env.int("INFRAI_MAX_AUDIO_SECONDS", default=7200)
 # The deployment rules as `manage.py check --deploy` system checks (config/checks.py).
@@ -223,7 +232,7 @@ AXES_USERNAME_FORM_FIELD = "username"
 AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
 AXES_VERBOSE = False
 
-# --- self-serve customers (issue 15; docs/billing.md, docs/dashboard.md) ---
+# --- self-serve customers (docs/billing.md, docs/dashboard.md) ---
 # Credit a new organization gets once its owner's e-mail is verified (once per organization and
 # per address; 0 turns it off). A ledger entry of kind starter_credit.
 INFRAI_STARTER_CREDIT_USD = env.str("INFRAI_STARTER_CREDIT_USD", default="0.50")
@@ -243,7 +252,7 @@ with contextlib.suppress(OSError):  # WhiteNoise warns at every start when STATI
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 INSTALLED_APPS += ["management"]  # the management API (/v1/organization/…, admin keys)
 
-# --- the vector store (issue 19; docs/vector_store.md) ---
+# --- the vector store (docs/vector_store.md) ---
 INSTALLED_APPS += ["vectors"]
 # Engine of new collections: "embedded" (exact numpy search, vectors in this database; no
 # server) or "pgvector" (PostgreSQL with the pgvector extension, HNSW).
@@ -253,8 +262,9 @@ INFRAI_VECTOR_PG_URL = env("INFRAI_VECTOR_PG_URL", default="")
 # pgvector's HNSW search breadth (hnsw.ef_search; at least 2 × top_k): recall vs speed,
 # measured in docs/performance.md.
 INFRAI_VECTOR_HNSW_EF_SEARCH = env.int("INFRAI_VECTOR_HNSW_EF_SEARCH", default=100)
+INFRAI_OPENAPI_PARTS += ["vectors.schema.openapi_part"]  # its /v1 operations
 
-# --- operations (issue 17; docs/deploy.md) ---
+# --- operations (docs/deploy.md) ---
 # Metrics, traces and call logs (config/observability). /metrics answers only this Bearer token
 # (404 when empty). Multiprocess metrics need PROMETHEUS_MULTIPROC_DIR in the environment of
 # every process (prometheus-client reads it at import): scripts/cluster.sh and deploy/systemd.

@@ -144,7 +144,9 @@
       var msg = JSON.parse(event.data);
       if (msg.kind === "usage") onUsage(msg);
       if (msg.kind === "balance") onBalance(msg);
-      if (msg.kind === "usage" || msg.kind === "balance") refreshRegions();
+      if (msg.kind === "usage" || msg.kind === "balance" || msg.kind === "resync") {
+        refreshRegions();
+      }
     };
     socket.onclose = function (event) {
       document.body.setAttribute("data-live", "off");
