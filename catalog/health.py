@@ -41,15 +41,15 @@ _PUBLISH_EVERY_S = 1.0
 
 
 def _threshold() -> int:
-    return int(getattr(settings, "INFRAI_CIRCUIT_FAILURE_THRESHOLD", 5))
+    return int(settings.INFRAI_CIRCUIT_FAILURE_THRESHOLD)
 
 
 def _cooldown_s() -> int:
-    return int(getattr(settings, "INFRAI_CIRCUIT_COOLDOWN_S", 30))
+    return int(settings.INFRAI_CIRCUIT_COOLDOWN_S)
 
 
 def _memo_s() -> float:
-    return float(getattr(settings, "INFRAI_HEALTH_MEMO_S", 0.5))
+    return float(settings.INFRAI_HEALTH_MEMO_S)
 
 
 def _key(vendor: str, part: str) -> str:

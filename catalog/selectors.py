@@ -11,7 +11,6 @@ admin and ``catalog load`` bump it). The version is checked at most every
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
 from collections import defaultdict
@@ -44,20 +43,18 @@ _VERSION_TTL_S = None  # forever
 
 
 def credentials_configured(env_name: str) -> bool:
-    """Whether the credentials named ``env_name`` are set (a setting, else an env variable).
+    """Whether the vendor secret named ``env_name`` is set (``INFRAI_VENDOR_SECRETS``).
 
     An empty name means the vendor needs no credentials.
     """
-    if not env_name:
-        return True
-    return bool(getattr(settings, env_name, None) or os.environ.get(env_name))
+    return not env_name or bool(credentials_value(env_name))
 
 
 def credentials_value(env_name: str) -> str:
     """The secret named ``env_name`` at call time ('' when none is needed or it is unset)."""
     if not env_name:
         return ""
-    return str(getattr(settings, env_name, None) or os.environ.get(env_name) or "")
+    return str(settings.INFRAI_VENDOR_SECRETS.get(env_name) or "")
 
 
 def vendor_base_url(vendor: Vendor) -> str:
@@ -288,11 +285,11 @@ def catalog_snapshot_forget() -> None:
 
 
 def _check_interval_s() -> float:
-    return float(getattr(settings, "INFRAI_CATALOG_CHECK_S", 1.0))
+    return float(settings.INFRAI_CATALOG_CHECK_S)
 
 
 def _max_age_s() -> float:
-    return float(getattr(settings, "INFRAI_CATALOG_MAX_AGE_S", 60.0))
+    return float(settings.INFRAI_CATALOG_MAX_AGE_S)
 
 
 def catalog_version() -> str:

@@ -66,8 +66,8 @@ class ImageRequest:
 
 
 def url_ttl_s() -> int:
-    """How long a URL we serve stays valid (``INFRAI_IMAGE_URL_TTL_S``, default one hour)."""
-    return int(getattr(settings, "INFRAI_IMAGE_URL_TTL_S", 3600))
+    """How long a URL we serve stays valid, in seconds (``INFRAI_IMAGE_URL_TTL_S``)."""
+    return int(settings.INFRAI_IMAGE_URL_TTL_S)
 
 
 def parse_image_request(data: dict[str, Any]) -> ImageRequest:
