@@ -154,6 +154,14 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--engines", default="embedded,pgvector")
     parser.add_argument("--ef", default="40,100,200", help="pgvector hnsw.ef_search values")
+    parser.add_argument(
+        "--data",
+        choices=("random", "lowrank"),
+        default="random",
+        help="i.i.d. Gaussian vectors (no structure: the hardest case for HNSW), or vectors "
+        "of a 24-dimensional space mapped into --dims (like real embeddings, whose intrinsic "
+        "dimension is far below their length)",
+    )
     args = parser.parse_args()
 
     import django
@@ -167,8 +175,15 @@ def main() -> None:
     from vectors.models import Collection
 
     rng = np.random.default_rng(0)
-    data = rng.standard_normal((args.n, args.dims)).astype(np.float32)
-    queries = rng.standard_normal((args.queries, args.dims)).astype(np.float32)
+    if args.data == "random":
+        data = rng.standard_normal((args.n, args.dims)).astype(np.float32)
+        queries = rng.standard_normal((args.queries, args.dims)).astype(np.float32)
+    else:
+        basis = rng.standard_normal((24, args.dims))
+        latent = rng.standard_normal((args.n + args.queries, 24))
+        noise = 0.05 * rng.standard_normal((args.n + args.queries, args.dims))
+        mixed = (latent @ basis + noise).astype(np.float32)
+        data, queries = mixed[: args.n], mixed[args.n :]
     truth = exact_top_k(data, queries, TOP_K)
     results = []
     for name in args.engines.split(","):
@@ -189,7 +204,9 @@ def main() -> None:
                 store = PgVectorStore(url=url)
                 efs: list[int | None] = [int(e) for e in args.ef.split(",")]
                 results += run_engine(name, store, 2**40 + os.getpid(), data, queries, truth, efs)
-    print(f"{args.n:,} random vectors × {args.dims} dims, {args.queries} queries, top {TOP_K}\n")
+    print(
+        f"{args.n:,} {args.data} vectors × {args.dims} dims, {args.queries} queries, top {TOP_K}\n"
+    )
     print(
         "| engine | ef_search | upsert vectors/s | index build s | first query s | queries/s"
         " | p50 ms | p99 ms | recall@10 |"
