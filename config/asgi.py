@@ -18,13 +18,13 @@ import inference.endpoints  # noqa: E402, F401  (registers the /v1 routes)
 import vectors.api  # noqa: E402, F401  (/v1/vector/*, /v1/files, /v1/vector_stores)
 from config.observability import observe_v1  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
-from inference.http import V1Consumer  # noqa: E402
+from inference.http import v1_app as inference_app  # noqa: E402
 
-v1_app = observe_v1(V1Consumer.as_asgi())  # request counts, latency, the call's root span
+v1_app = observe_v1(inference_app)  # request counts, latency, the call's root span
 
 
 async def http_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """Send ``/v1`` and ``/v1/...`` (but ``/v1/organization/...``) to :class:`V1Consumer`;
+    """Send ``/v1`` and ``/v1/...`` (but ``/v1/organization/...``) to :func:`inference.http.v1_app`;
     everything else to Django."""
     path: str = scope["path"]
     # The management API (DRF, admin keys) goes through Django's stack; inference stays lean.

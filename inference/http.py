@@ -1,7 +1,7 @@
-"""The ``/v1`` HTTP layer: one lean Channels consumer, a route table, and response types.
+"""The ``/v1`` HTTP layer: one lean ASGI app, a route table, and response types.
 
 ``/v1`` bypasses Django's middleware stack (sessions, CSRF, auth …: none of it is needed for a
-Bearer-key JSON API) — :mod:`config.asgi` sends ``/v1`` straight to :class:`V1Consumer`.
+Bearer-key JSON API) — :mod:`config.asgi` sends ``/v1`` straight to :func:`v1_app`.
 What the consumer does for every call:
 
 1. **before reading any of the body**: refuses a declared ``Content-Length`` over the route's
@@ -34,8 +34,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
-from channels.exceptions import StopConsumer
-from channels.generic.http import AsyncHttpConsumer
 from django.conf import settings
 
 from accounts.auth import KeyContext, authenticate
@@ -297,124 +295,129 @@ def _declared_length(headers: dict[str, str]) -> int:
         return 0
 
 
-class V1Consumer(AsyncHttpConsumer):
-    """Serves every ``/v1`` call (see the module docstring)."""
+async def v1_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The ``/v1`` ASGI application (see the module docstring for what it does per call).
 
-    # No channel layer: a /v1 call never listens on one, and asking a Redis layer for a
-    # channel per request would cost a round trip.
-    channel_layer_alias = "__none__"
+    A plain ASGI callable, not a Channels consumer: a ``/v1`` call never uses a channel layer,
+    and the consumer machinery (a queue and a dispatch task per request) cost CPU on every
+    call and every streamed chunk.
+    """
+    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+    request = ApiRequest(
+        method=scope["method"],
+        path=scope["path"],
+        headers=headers,
+        body=b"",
+        query=parse_qs(scope.get("query_string", b"").decode("latin-1")),
+        request_id=new_request_id(),
+        started_ns=time.perf_counter_ns(),
+    )
+    limit = body_limit(request.path)
+    try:
+        if _declared_length(headers) > limit:
+            raise too_large(limit)
+        matched, handler, request.path_params = resolve(request.method, request.path)
+        if matched.authenticated:
+            request.key = await authenticate(headers.get("authorization"))
+        if matched.before_body is not None:
+            await matched.before_body(request)
+    except ApiError as exc:
+        _log_failure(request, exc)
+        await _respond(send, request, error_response(exc))
+        return
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        await _respond(send, request, _internal_error())
+        return
+    body = await _read_body(receive, send, request, limit)
+    if body is None:
+        return
+    request.body = body
+    await _serve_until_disconnect(receive, send, request, handler)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._size = 0
-        self._limit = 0
-        self._refused = False
-        self._task: asyncio.Task[None] | None = None
-        self._request: ApiRequest | None = None
-        self._handler: Handler | None = None
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """Everything that needs no body, before any of it is read (module docstring, step 1)."""
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        request = ApiRequest(
-            method=scope["method"],
-            path=scope["path"],
-            headers=headers,
-            body=b"",
-            query=parse_qs(scope.get("query_string", b"").decode("latin-1")),
-            request_id=new_request_id(),
-            started_ns=time.perf_counter_ns(),
-        )
-        self._limit = body_limit(request.path)
-        try:
-            if _declared_length(headers) > self._limit:
-                raise too_large(self._limit)
-            matched, self._handler, request.path_params = resolve(request.method, request.path)
-            if matched.authenticated:
-                request.key = await authenticate(headers.get("authorization"))
-            if matched.before_body is not None:
-                await matched.before_body(request)
-        except ApiError as exc:
-            _log_failure(request, exc)
-            await _respond(send, request, error_response(exc))
-            return
-        except Exception:
-            log.exception("unhandled error in %s %s", request.method, request.path)
-            await _respond(send, request, _internal_error())
-            return
-        self._request = request
-        await super().__call__(scope, receive, send)
-
-    async def dispatch(self, message: dict[str, Any]) -> None:
-        # Channels' dispatch closes stale DB connections through a thread hop on every
-        # message; /v1 handlers use thread-pooled ORM calls that manage their own.
-        handler = getattr(self, message["type"].replace(".", "_"), None)
-        if handler is not None:
-            await handler(message)
-
-    async def http_request(self, message: dict[str, Any]) -> None:
-        if self._refused or self._task is not None:
-            return
-        request = self._request
-        assert request is not None
+async def _read_body(receive: Any, send: Any, request: ApiRequest, limit: int) -> bytes | None:
+    """The request body, counted as it arrives (module docstring, step 2); ``None`` when the
+    client left or the body passed ``limit`` (answered 413 here)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # http.disconnect: the client left
+            return None
         chunk = message.get("body", b"")
-        self._size += len(chunk)
-        if self._size > self._limit:
-            self._refused = True
-            self.body.clear()
-            await _respond(self.base_send, request, error_response(too_large(self._limit)))
-            raise StopConsumer()
-        self.body.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            await _respond(send, request, error_response(too_large(limit)))
+            return None
+        chunks.append(chunk)
         if not message.get("more_body"):
-            request.body = b"".join(self.body)
-            self.body.clear()
-            self._task = asyncio.get_running_loop().create_task(self._serve(request))
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    async def http_disconnect(self, message: dict[str, Any]) -> None:
-        task = self._task
-        if task is not None and not task.done():
-            task.cancel()
-            # asyncio.wait, not await: a second cancellation must not abort the handler's
-            # cleanup (settlement runs in its finally blocks).
-            await asyncio.wait([task])
-        raise StopConsumer()
 
-    async def _serve(self, request: ApiRequest) -> None:
-        assert self._handler is not None
-        try:
-            response = await self._handler(request)
-        except ApiError as exc:
-            _log_failure(request, exc)
-            response = error_response(exc)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("unhandled error in %s %s", request.method, request.path)
-            _log_failure(request, internal_error())
-            response = _internal_error()
-        response.headers = {**_id_headers(request), **response.headers}
-        await self._send(response)
+async def _serve_until_disconnect(
+    receive: Any, send: Any, request: ApiRequest, handler: Handler
+) -> None:
+    """Run the handler in its own task; a client disconnect cancels it (module docstring,
+    step 3) and waits for its cleanup, which a second cancellation cannot abort."""
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(_serve(send, request, handler))
+    left = loop.create_task(_disconnected(receive))
+    await asyncio.wait((task, left), return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        left.cancel()
+        task.result()  # _serve raises only what must surface (a failing send)
+        return
+    task.cancel()
+    await asyncio.wait((task,))
 
-    async def _send(self, response: Response | StreamingResponse) -> None:
-        headers = response.headers
-        if isinstance(response, Response):
-            headers = {**headers, "content-length": str(len(response.body))}
-        await self.send_headers(
-            status=response.status, headers=_encode_headers(response.content_type, headers)
-        )
-        if isinstance(response, Response):
-            await self.send_body(response.body)
-            return
-        try:
-            async for chunk in response.chunks:
-                await self.send_body(chunk, more_body=True)
-        finally:
-            aclose = getattr(response.chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
-            if response.on_close is not None:
-                await response.on_close()
-        await self.send_body(b"")
+
+async def _disconnected(receive: Any) -> None:
+    """Returns when the server reports that the client went away."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _serve(send: Any, request: ApiRequest, handler: Handler) -> None:
+    try:
+        response = await handler(request)
+    except ApiError as exc:
+        _log_failure(request, exc)
+        response = error_response(exc)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        _log_failure(request, internal_error())
+        response = _internal_error()
+    response.headers = {**_id_headers(request), **response.headers}
+    await _send(send, response)
+
+
+async def _send(send: Any, response: Response | StreamingResponse) -> None:
+    headers = response.headers
+    if isinstance(response, Response):
+        headers = {**headers, "content-length": str(len(response.body))}
+    await send(
+        {
+            "type": "http.response.start",
+            "status": response.status,
+            "headers": _encode_headers(response.content_type, headers),
+        }
+    )
+    if isinstance(response, Response):
+        await send({"type": "http.response.body", "body": response.body, "more_body": False})
+        return
+    try:
+        async for chunk in response.chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    finally:
+        aclose = getattr(response.chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        if response.on_close is not None:
+            await response.on_close()
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 # Set by the request path once the call has its request-log row (inference.pipeline).
