@@ -8,7 +8,7 @@ GPU_PORT="${GPU_PORT:-8001}"
 export DJANGO_SETTINGS_MODULE="${DJANGO_SETTINGS_MODULE:-config.settings.local}"
 export INFRAI_GPU_BACKEND_URL="${INFRAI_GPU_BACKEND_URL:-http://127.0.0.1:${GPU_PORT}/v1}"
 export INFRAI_PUBLIC_BASE_URL="${INFRAI_PUBLIC_BASE_URL:-http://127.0.0.1:${PORT}/v1}"
-export INFRAI_MODEL_CACHE_DIR="${INFRAI_MODEL_CACHE_DIR:-var/models}"
+export INFRAI_MODEL_CACHE_DIR="${INFRAI_MODEL_CACHE_DIR:-${INFRAI_DATA_DIR:-var}/models}"
 export ORT_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 PY=.venv/bin/python
 STARTED="$(date +%s.%N)"
@@ -22,17 +22,30 @@ $PY -m gpu_backend --host 127.0.0.1 --port "$GPU_PORT" &
 GPU_PID=$!
 trap 'kill "$GPU_PID" 2>/dev/null || true' EXIT INT TERM
 
-$PY manage.py migrate --noinput -v 0
-$PY manage.py bootstrap
-# Periodic work (hold expiry, vendor probes, auto-recharge sweep). Embedded mode runs Celery
+# Migrations, the demo organization and key, and the probe of the local backend, in one Django
+# process (each Django start costs seconds on a busy machine). The probe marks the local models
+# routable before the gateway starts, so its first catalog snapshot has them: the backend's
+# /v1/models lists loading models too, and a call to one of them waits in the backend until it is
+# ready (bounded, then 503 with Retry-After).
+$PY manage.py shell --no-imports -c '
+import io
+from django.core.management import call_command
+call_command("migrate", interactive=False, verbosity=0)
+call_command("bootstrap")
+try:
+    call_command("catalog", "probe", "--vendor", "infrai-gpu", "--wait", "120", stdout=io.StringIO())
+except Exception:
+    pass  # the backend is not up: the periodic probe marks it later
+'
+# Once the gateway answers (started earlier they only slow its start): the other vendors' probe,
+# then periodic work (hold expiry, vendor probes, auto-recharge sweep). Embedded mode runs Celery
 # eagerly, so beat executes each task itself; production runs beat and workers on Redis.
-.venv/bin/celery -A config beat --schedule var/celerybeat-schedule --loglevel WARNING &
+(
+    until curl -fsS "http://127.0.0.1:${PORT}/healthz" >/dev/null 2>&1; do sleep 0.5; done
+    ( $PY manage.py catalog probe --wait 300 >/dev/null 2>&1 || true ) &
+    exec .venv/bin/celery -A config beat --schedule var/celerybeat-schedule --loglevel WARNING
+) &
 BEAT_PID=$!
-# Mark the local models routable before the gateway starts, so its first catalog snapshot has
-# them: the backend's /v1/models lists loading models too, and a call to one of them waits in
-# the backend until it is ready (bounded, then 503 with Retry-After). Then the other vendors.
-$PY manage.py catalog probe --vendor infrai-gpu --wait 120 >/dev/null 2>&1 || true
-( $PY manage.py catalog probe --wait 300 >/dev/null 2>&1 || true ) &
 # Say when the platform can answer, and which local models are ready (readiness lines).
 $PY -m gpu_backend.readiness --backend "http://127.0.0.1:${GPU_PORT}" \
     --gateway "http://127.0.0.1:${PORT}" --public-url "$INFRAI_PUBLIC_BASE_URL" --since "$STARTED" &
