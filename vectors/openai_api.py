@@ -306,6 +306,28 @@ async def store_get(request: ApiRequest) -> Response:
 
 
 @metering.free_call("vector_stores")
+async def store_update(request: ApiRequest) -> Response:
+    """OpenAI's modify: ``name`` and ``metadata`` (``expires_after`` is accepted, unused)."""
+    data = request.json()
+    metered.reject_unknown(data, {"name", "metadata", "expires_after"})
+    title = metered.optional_string(data, "name")
+    meta = (
+        validation.metadata_field(data.get("metadata"), "metadata") if "metadata" in data else None
+    )
+
+    def update() -> dict[str, Any]:
+        store = _store(request)
+        if title is not None:
+            store.title = title[:256]
+        if meta is not None:
+            store.metadata = meta
+        store.save(update_fields=["title", "metadata"])
+        return store_json(store)
+
+    return json_response(await db_async(update)())
+
+
+@metering.free_call("vector_stores")
 async def store_delete(request: ApiRequest) -> Response:
     found = await db_async(_store)(request)
     await db_async(services.collection_delete)(collection=found)
@@ -506,7 +528,7 @@ def register() -> None:
     route("/v1/vector_stores", methods={"POST": stores_create, "GET": stores_list})
     route(
         "/v1/vector_stores/{vector_store_id}",
-        methods={"GET": store_get, "POST": store_get, "DELETE": store_delete},
+        methods={"GET": store_get, "POST": store_update, "DELETE": store_delete},
     )
     route(
         "/v1/vector_stores/{vector_store_id}/files",

@@ -117,3 +117,29 @@ def test_pgvector_searches_through_the_collections_hnsw_index(pgvector_url):
         )
     assert index_name(77) in plan
     store.drop(collection_id=77)
+
+
+def test_the_embedded_engine_keeps_only_the_most_recently_searched_collections(db):
+    store = EmbeddedStore(max_cached=2)
+    ids = [_collection_named(f"c{i}") for i in range(3)]
+    for cid in ids:
+        store.upsert(collection_id=cid, dimensions=2, items=[Item(id="a", vector=[1.0, 0.0])])
+        store.query(collection_id=cid, dimensions=2, vector=[1, 0], top_k=1, where={}, version=0)
+    assert list(store._cache) == ids[1:]
+    # A write elsewhere bumps the version: the next search reloads and sees it.
+    store.upsert(collection_id=ids[2], dimensions=2, items=[Item(id="b", vector=[0.0, 1.0])])
+    found = store.query(
+        collection_id=ids[2], dimensions=2, vector=[0, 1], top_k=1, where={}, version=1
+    )
+    assert found[0].id == "b"
+
+
+def _collection_named(name: str) -> int:
+    from accounts.models import Organization, Project
+    from vectors.models import Collection
+
+    org, _ = Organization.objects.get_or_create(name="o", slug="o")
+    project, _ = Project.objects.get_or_create(organization=org, name="p")
+    return Collection.objects.create(
+        organization=org, project=project, public_id=f"vs_{name}", name=name, engine="embedded"
+    ).pk

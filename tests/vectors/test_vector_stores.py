@@ -78,6 +78,8 @@ def test_files_vector_stores_and_search_work_with_the_sdk(issue_key, client_for)
 
     fetched = client.vector_stores.retrieve(store.id)
     assert fetched.file_counts.completed == 1 and fetched.usage_bytes > 0
+    renamed = client.vector_stores.update(store.id, name="HR handbook", metadata={"v": "2"})
+    assert (renamed.name, renamed.metadata) == ("HR handbook", {"v": "2"})
     assert [s.id for s in client.vector_stores.list()] == [store.id]
     assert [f.id for f in client.vector_stores.files.list(vector_store_id=store.id)] == [
         uploaded.id

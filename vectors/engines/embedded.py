@@ -2,13 +2,16 @@
 
 Rows are :class:`~vectors.models.VectorItem` (float32 little-endian bytes). A search loads the
 collection once per write version into a normalised float32 matrix held by this process
-(``_cache``) and scores every vector: exact cosine search, so recall is 1.0. Memory per cached
-collection: 4 × dimensions bytes per vector (150 MB for 100k × 384). Needs no server.
+(``_cache``, the CACHED_COLLECTIONS most recently searched) and scores every vector: exact
+cosine search, so recall is 1.0. Memory per cached collection: 4 × dimensions bytes per vector
+(150 MB for 100k × 384). Needs no server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +23,9 @@ from django.db.models.functions import Cast, Length
 
 from vectors.models import VectorItem
 from vectors.store import Item, Match, Stats
+
+# Collections whose matrices a process keeps (least recently searched dropped first).
+CACHED_COLLECTIONS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +78,9 @@ def stats_of(collection_id: int, dimensions: int) -> Stats:
 class EmbeddedStore:
     """:class:`~vectors.store.VectorStore` on the Django database with numpy search."""
 
-    def __init__(self) -> None:
-        self._cache: dict[int, _Loaded] = {}
+    def __init__(self, max_cached: int = CACHED_COLLECTIONS) -> None:
+        self._cache: OrderedDict[int, _Loaded] = OrderedDict()
+        self._max_cached = max_cached
         self._lock = threading.Lock()
 
     def upsert(self, *, collection_id: int, dimensions: int, items: Sequence[Item]) -> Stats:
@@ -101,6 +108,8 @@ class EmbeddedStore:
     def _load(self, collection_id: int, dimensions: int, version: int) -> _Loaded:
         cached = self._cache.get(collection_id)
         if cached is not None and cached.version == version:
+            with contextlib.suppress(KeyError):
+                self._cache.move_to_end(collection_id)
             return cached
         with self._lock:
             cached = self._cache.get(collection_id)
@@ -122,6 +131,8 @@ class EmbeddedStore:
                 texts=[r[3] for r in rows],
             )
             self._cache[collection_id] = loaded
+            while len(self._cache) > self._max_cached:  # least recently searched first
+                self._cache.popitem(last=False)
             return loaded
 
     def query(
