@@ -8,6 +8,10 @@ from django.contrib.auth.models import AbstractBaseUser, BaseUserManager, Permis
 from django.db import models
 from django.utils import timezone
 
+from accounts.roles import Role
+
+__all__ = ["ApiKey", "Invitation", "Membership", "Organization", "Project", "Role", "User"]
+
 
 class UserManager(BaseUserManager["User"]):
     """Users log in with their e-mail address."""
@@ -59,13 +63,6 @@ class Organization(models.Model):
 
     def __str__(self) -> str:
         return self.slug
-
-
-class Role(models.TextChoices):
-    OWNER = "owner", "Owner"
-    ADMIN = "admin", "Admin"
-    MEMBER = "member", "Member"
-    BILLING = "billing", "Billing"
 
 
 class Membership(models.Model):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from accounts.models import ApiKey, Invitation, Membership, Organization, Project, Role, User
+from accounts.models import ApiKey, Invitation, Membership, Organization, Project, User
+from accounts.roles import Role
 
 
 def organizations_for_user(*, user: User) -> QuerySet[Organization]:
@@ -16,6 +17,13 @@ def organizations_for_user(*, user: User) -> QuerySet[Organization]:
 def organization_get_by_slug(*, slug: str) -> Organization | None:
     """The organization with ``slug`` or None (no tenancy check: pair it with a role check)."""
     return Organization.objects.filter(slug=slug).first()
+
+
+def organizations_owned_by(*, user: User) -> QuerySet[Organization]:
+    """The organizations ``user`` owns, oldest first."""
+    return Organization.objects.filter(
+        memberships__user=user, memberships__role=Role.OWNER
+    ).order_by("pk")
 
 
 def membership_get(*, user: User, organization: Organization) -> Membership | None:
@@ -43,6 +51,16 @@ def projects_for_organization(
 def project_get(*, organization: Organization, project_id: int) -> Project | None:
     """One project of ``organization`` (None for another tenant's id)."""
     return Project.objects.filter(organization=organization, pk=project_id).first()
+
+
+def project_get_by_name(*, organization: Organization, name: str) -> Project | None:
+    """The project of ``organization`` named ``name`` (names are unique per organization)."""
+    return Project.objects.filter(organization=organization, name=name).first()
+
+
+def api_keys_for_project(*, organization: Organization, project: Project) -> QuerySet[ApiKey]:
+    """The keys of one project of ``organization`` (revoked ones included), oldest first."""
+    return ApiKey.objects.filter(organization=organization, project=project).order_by("pk")
 
 
 def api_keys_for_organization(*, organization: Organization) -> QuerySet[ApiKey]:
@@ -78,6 +96,16 @@ def memberships_for_organization(*, organization: Organization) -> QuerySet[Memb
     )
 
 
+def membership_get_by_user_id(*, organization: Organization, user_id: int) -> Membership | None:
+    """The membership of user ``user_id`` in ``organization`` with its user (None when the
+    user is not a member)."""
+    return (
+        Membership.objects.filter(organization=organization, user_id=user_id)
+        .select_related("user")
+        .first()
+    )
+
+
 def membership_get_by_id(*, organization: Organization, membership_id: int) -> Membership | None:
     """One membership of ``organization`` (None for another tenant's id)."""
     return (
@@ -95,6 +123,12 @@ def invitations_pending_for_organization(*, organization: Organization) -> Query
         revoked_at=None,
         expires_at__gt=timezone.now(),
     ).order_by("-created_at")
+
+
+def invitations_for_organization(*, organization: Organization) -> QuerySet[Invitation]:
+    """Every invitation of ``organization`` (accepted, revoked and expired ones included),
+    oldest first."""
+    return Invitation.objects.filter(organization=organization).order_by("pk")
 
 
 def invitation_get(*, organization: Organization, invitation_id: int) -> Invitation | None:

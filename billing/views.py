@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from accounts.models import Role
+from accounts.roles import Role
 from accounts.selectors import organization_get_by_slug, user_has_role
 from billing.services.topups import topup_checkout_start
 from billing.services.webhooks import webhook_receive

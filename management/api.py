@@ -22,7 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.models import Role
+from accounts.roles import Role
 from config.errors import (
     ApiError,
     AuthenticationFailed,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.cache import cache
 from django.utils import timezone
@@ -21,10 +21,14 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
 from accounts.auth import bearer_token
-from accounts.models import Membership, Organization, Role
+from accounts.roles import Role
+from accounts.selectors import membership_get_by_user_id
 from config.errors import AuthenticationFailed, RateLimited
 from management import keys
 from management.models import AdminKey
+
+if TYPE_CHECKING:
+    from accounts.models import Organization
 
 _RANK = {Role.OWNER: 3, Role.ADMIN: 2, Role.BILLING: 1, Role.MEMBER: 1}
 _TOUCH_EVERY_S = 60
@@ -70,9 +74,9 @@ class AdminKeyAuthentication(BaseAuthentication):
         if admin_key.revoked_at is not None:
             raise AuthenticationFailed("This admin key has been revoked.", code="revoked_api_key")
         membership = (
-            Membership.objects.filter(
-                organization_id=admin_key.organization_id, user_id=admin_key.created_by_id
-            ).first()
+            membership_get_by_user_id(
+                organization=admin_key.organization, user_id=admin_key.created_by_id
+            )
             if admin_key.created_by_id is not None
             else None
         )

@@ -8,13 +8,15 @@ integer nano-USD, as ``infrai.cost_usd`` on ``/v1``).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from accounts.models import ApiKey, Invitation, Membership, Project
-from billing.models import LedgerEntry
-from inference.models import RequestLog
 from management.models import AdminKey
 from money.usd import nanos_to_usd_str
+
+if TYPE_CHECKING:
+    from accounts.models import ApiKey, Invitation, Membership, Project
+    from billing.models import LedgerEntry
+    from inference.models import RequestLog
 
 
 def ts(value: datetime | None) -> int | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from accounts.models import Role
+from accounts.roles import Role
 from money.usd import usd_to_nanos
 
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.utils import timezone
 
-from accounts.models import Organization, Role, User
+from accounts.roles import Role
 from accounts.selectors import membership_get
 from dashboard.permissions import MANAGE_ORG, role_allows
 from management import keys
 from management.models import AdminKey
+
+if TYPE_CHECKING:
+    from accounts.models import Organization, User
 
 
 class AdminKeyNotAllowed(PermissionError):

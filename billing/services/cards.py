@@ -7,13 +7,17 @@ webhook stores it on the wallet. :func:`card_remove` detaches it and switches au
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.db import transaction
 
-from accounts.models import Organization
 from billing import stripe_gateway
 from billing.models import Wallet
 from billing.services.topups import customer_ensure
 from billing.services.wallet import wallet_get_or_create
+
+if TYPE_CHECKING:
+    from accounts.models import Organization
 
 
 def card_setup_start(*, organization: Organization, success_url: str, cancel_url: str) -> str:

@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import enum
 import logging
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 from django.db.models import F
 
-from accounts.models import Organization
 from billing import stripe_gateway
 from billing.models import EntryKind, Wallet
 from billing.services.ledger import post_entry
 from billing.services.topups import customer_ensure, topup_amount_validate
 from money.usd import nanos_to_usd_str
+
+if TYPE_CHECKING:
+    from accounts.models import Organization
 
 log = logging.getLogger(__name__)
 

@@ -19,14 +19,19 @@ from __future__ import annotations
 
 import hashlib
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
 
-from accounts.models import Membership, Organization, Role, User
+from accounts.roles import Role
+from accounts.selectors import organizations_owned_by, user_has_role
 from billing.models import EntryKind, LedgerEntry, Wallet
 from billing.services.ledger import post_entry
 from money.usd import nanos_to_usd_str, usd_to_nanos
+
+if TYPE_CHECKING:
+    from accounts.models import Organization, User
 
 
 def starter_credit_nanos() -> int:
@@ -49,9 +54,7 @@ def starter_credit_grant(*, organization: Organization, owner: User) -> LedgerEn
     amount = starter_credit_nanos()
     if amount <= 0 or not owner.email_verified:
         return None
-    if not Membership.objects.filter(
-        organization=organization, user=owner, role=Role.OWNER
-    ).exists():
+    if not user_has_role(user=owner, organization=organization, roles={Role.OWNER}):
         return None
     with transaction.atomic():
         wallet, _ = Wallet.objects.get_or_create(organization=organization)
@@ -73,10 +76,7 @@ def starter_credit_on_verified(*, user: User) -> LedgerEntry | None:
     that has none yet (at most one grant per address in all)."""
     if not user.email_verified:
         return None
-    owned = Organization.objects.filter(
-        memberships__user=user, memberships__role=Role.OWNER
-    ).order_by("pk")
-    for organization in owned:
+    for organization in organizations_owned_by(user=user):
         entry = starter_credit_grant(organization=organization, owner=user)
         if entry is not None:
             return entry

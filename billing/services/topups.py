@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
 
-from accounts.models import Organization, User
 from billing import stripe_gateway
 from billing.models import TopUp, Wallet
 from billing.services.wallet import wallet_get_or_create
 from money.usd import NANOS_PER_CENT, NANOS_PER_USD, nanos_to_usd_str
+
+if TYPE_CHECKING:
+    from accounts.models import Organization, User
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,13 +6,19 @@ members; admins never edit owners; only owners make owners; the last owner stays
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.db import transaction
 from django.urls import reverse
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts.models import Invitation, Membership
-from accounts.selectors import invitation_get
+from accounts.selectors import (
+    invitation_get,
+    invitations_for_organization,
+    membership_get_by_user_id,
+    memberships_for_organization,
+)
 from accounts.services import (
     LastOwnerError,
     invitation_create,
@@ -35,13 +41,16 @@ from management.api import (
 )
 from management.serializers import InviteCreate, RoleChange
 
+if TYPE_CHECKING:
+    from accounts.models import Invitation, Membership
+
 
 class UserList(ManagementView):
     def get(self, request: Request) -> Response:
         """Members by user id (the id they are exposed by, so ``after`` is a ``user_…`` id)."""
         limit = int_param(request, "limit", default=DEFAULT_LIMIT, lo=1, hi=MAX_LIMIT)
         assert limit is not None
-        qs = Membership.objects.filter(organization=self.ctx.organization).select_related("user")
+        qs = memberships_for_organization(organization=self.ctx.organization)
         after = request.query_params.get("after")
         if after:
             qs = qs.filter(user_id__gt=parse_id(after, "user_", param="after"))
@@ -54,12 +63,8 @@ class UserDetail(ManagementView):
     bodies = {"POST": RoleChange}
 
     def membership(self, user_id: str) -> Membership:
-        found = (
-            Membership.objects.filter(
-                organization=self.ctx.organization, user_id=parse_id(user_id, "user_")
-            )
-            .select_related("user")
-            .first()
+        found = membership_get_by_user_id(
+            organization=self.ctx.organization, user_id=parse_id(user_id, "user_")
         )
         if found is None:
             raise NotFound("No such user in this organization.")
@@ -106,7 +111,7 @@ class InviteList(ManagementView):
     bodies = {"POST": InviteCreate}
 
     def get(self, request: Request) -> Response:
-        qs = Invitation.objects.filter(organization=self.ctx.organization)
+        qs = invitations_for_organization(organization=self.ctx.organization)
         return page(request, qs, prefix="invite_", render=render.invitation)
 
     def post(self, request: Request) -> Response:

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts.models import ApiKey, Project
-from accounts.selectors import api_key_get, project_get
+from accounts.selectors import (
+    api_key_get,
+    api_keys_for_project,
+    project_get,
+    projects_for_organization,
+)
 from accounts.services import (
     api_key_create,
     api_key_limits_set,
@@ -25,6 +29,9 @@ from dashboard.permissions import MANAGE_ORG, USE_KEYS, role_allows
 from management import render
 from management.api import ManagementView, page, parse_id
 from management.serializers import ApiKeyWrite, ProjectCreate, ProjectUpdate
+
+if TYPE_CHECKING:
+    from accounts.models import ApiKey, Project
 
 
 class _ProjectScoped(ManagementView):
@@ -48,9 +55,10 @@ class ProjectList(ManagementView):
     bodies = {"POST": ProjectCreate}
 
     def get(self, request: Request) -> Response:
-        qs = Project.objects.filter(organization=self.ctx.organization)
-        if request.query_params.get("include_archived") not in ("true", "1"):
-            qs = qs.filter(archived_at__isnull=True)
+        qs = projects_for_organization(
+            organization=self.ctx.organization,
+            include_archived=request.query_params.get("include_archived") in ("true", "1"),
+        )
         return page(request, qs, prefix="proj_", render=render.project)
 
     def post(self, request: Request) -> Response:
@@ -120,7 +128,7 @@ class ApiKeyList(_ProjectScoped):
 
     def get(self, request: Request, project_id: str) -> Response:
         found = self.project(project_id)
-        qs = ApiKey.objects.filter(organization=self.ctx.organization, project=found)
+        qs = api_keys_for_project(organization=self.ctx.organization, project=found)
         return page(request, qs, prefix="key_", render=render.api_key)
 
     def post(self, request: Request, project_id: str) -> Response:

@@ -19,6 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from config.errors import InvalidRequest, NotFound
+from inference import selectors as inference_selectors
 from inference.models import RequestLog, RequestStatus
 from management import render
 from management.api import DEFAULT_LIMIT, MAX_LIMIT, ManagementView, int_param, list_response
@@ -192,9 +193,9 @@ class RequestList(ManagementView):
 
 class RequestDetail(ManagementView):
     def get(self, request: Request, request_id: str) -> Response:
-        row = RequestLog.objects.filter(
+        row = inference_selectors.request_log_get(
             organization_id=self.ctx.organization.pk, request_id=request_id
-        ).first()
+        )
         if row is None:
             raise NotFound("No such request.")
         return Response(render.request_row(row))

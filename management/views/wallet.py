@@ -6,12 +6,18 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from billing import selectors as billing_selectors
-from billing.models import LedgerEntry
 from config.errors import InvalidRequest, ServiceUnavailable
 from dashboard import topups
 from dashboard.permissions import SEE_BILLING
 from management import render
-from management.api import ManagementView, page
+from management.api import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    ManagementView,
+    int_param,
+    list_response,
+    parse_id,
+)
 from management.serializers import TopUpCreate
 from money.usd import nanos_to_usd_str
 
@@ -37,8 +43,17 @@ class Ledger(ManagementView):
 
     def get(self, request: Request) -> Response:
         """Ledger entries, newest first (``after``: the last ``ledger_…`` id seen)."""
-        qs = LedgerEntry.objects.filter(wallet__organization=self.ctx.organization)
-        return page(request, qs, prefix="ledger_", render=render.ledger_entry, newest_first=True)
+        limit = int_param(request, "limit", default=DEFAULT_LIMIT, lo=1, hi=MAX_LIMIT)
+        assert limit is not None
+        after = request.query_params.get("after")
+        rows = billing_selectors.ledger_page(
+            organization_id=self.ctx.organization.pk,
+            before_id=parse_id(after, "ledger_", param="after") if after else None,
+            limit=limit + 1,
+        )
+        return list_response(
+            [render.ledger_entry(e) for e in rows[:limit]], has_more=len(rows) > limit
+        )
 
 
 class TopUps(ManagementView):

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from accounts.models import Organization, Project
+from accounts.selectors import organization_get_by_slug, project_get_by_name
 from accounts.services import api_key_create, organization_create, project_create
 from billing.models import EntryKind
 from billing.services import wallet_credit, wallet_get_or_create
@@ -35,10 +35,10 @@ class Command(BaseCommand):
             raise CommandError(f"--credit-usd must be a non-negative amount: {exc}") from None
         if credit < 0:
             raise CommandError("--credit-usd must be a non-negative amount.")
-        org = Organization.objects.filter(slug=opts["org"]).first()
+        org = organization_get_by_slug(slug=opts["org"])
         if org is None:
             org = organization_create(name=opts["org"], slug=opts["org"])
-        project = Project.objects.filter(organization=org, name=opts["project"]).first()
+        project = project_get_by_name(organization=org, name=opts["project"])
         if project is None:
             project = project_create(organization=org, name=opts["project"])
         wallet_get_or_create(organization=org)
