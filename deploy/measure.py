@@ -1,0 +1,425 @@
+"""The sizing figures of docs/deploy.md, measured on this machine.
+
+    DATABASE_URL=postgres://…/infrai_o REDIS_URL=redis://…/11 .venv/bin/python deploy/measure.py
+
+1. **Per call, in one process** (the app in this process, uvicorn in a thread): PostgreSQL
+   statements and transactions, Redis round trips (commands and pipelines), counted at the
+   client libraries over N sequential non-streamed chat calls.
+2. **PostgreSQL alone** (``--db-clients 1,2,4``): processes that each repeat only the database
+   work of a call — open the hold, then write the request-log row and settle it in one
+   transaction, as :mod:`inference.pipeline` does — each for its own organization, for S/2
+   seconds; calls/s and the CPU the PostgreSQL backends used (cores busy).
+3. **The topology under load** (``scripts/cluster.sh`` without the GPU backend: nginx and two
+   web processes): non-streamed chat calls at concurrency C for S seconds, to one web process
+   directly and then through nginx to both; calls/s, latency, and the CPU each side spent per
+   call, read from /proc: the web processes', and the PostgreSQL backends' serving this
+   database (so the machine's other users are not counted).
+
+The vendor is ``bench/upstream.py`` (a fake that costs almost nothing), so the figures are the
+gateway's own cost. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SECRET = "measure-secret-key-0123456789abcdefghijklmnopqrstuvwxyz"
+PEPPER = "measure-pepper-0123456789abcdefghijklmnopqrstuvwxyz"
+CATALOG = """
+vendors:
+  - {{name: benchvendor, display_name: Bench, adapter_kind: openai, base_url: "{url}",
+     credentials_env: "", region: local, enabled: true, verified_models: [bench-up]}}
+models:
+  - id: bench-model
+    display_name: bench-model
+    owned_by: bench
+    capabilities: [chat]
+    tasks: [chat]
+    context_window: 8192
+    max_output_tokens: 1024
+    quality_tier: 5
+    created: 2025-01-01
+    offerings:
+      - vendor: benchvendor
+        upstream_model: bench-up
+        prices:
+          - {{effective_from: "2025-01-01T00:00:00Z", source: bench, input_per_mtok_usd: "1",
+             output_per_mtok_usd: "2"}}
+"""
+BODY = {"model": "bench-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def backend_pids(dsn: str, dbname: str) -> list[int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (dbname,),
+        ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def xact_commits(dsn: str, dbname: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (dbname,)
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def env_for(tmp: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.production",
+        "DJANGO_SECRET_KEY": SECRET,
+        "INFRAI_KEY_PEPPER": PEPPER,
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "STRIPE_SECRET_KEY": "sk_test_measure",
+        "STRIPE_WEBHOOK_SECRET": "whsec_measure",
+        "INFRAI_DATA_DIR": str(tmp),
+        "LOG_LEVEL": "WARNING",
+    }
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+async def load(url: str, key: str, *, seconds: float, concurrency: int) -> list[float]:
+    """Latencies (s) of the non-streamed calls completed in ``seconds`` at ``concurrency``."""
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    headers = {"authorization": f"Bearer {key}"}
+    latencies: list[float] = []
+    deadline = time.monotonic() + seconds
+    async with httpx.AsyncClient(limits=limits, timeout=60, headers=headers) as client:
+
+        async def worker() -> None:
+            while time.monotonic() < deadline:
+                started = time.perf_counter()
+                r = await client.post(url + "/v1/chat/completions", json=BODY)
+                r.raise_for_status()
+                latencies.append(time.perf_counter() - started)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies
+
+
+def per_call_counts(env: dict[str, str], key: str, calls: int) -> dict[str, float]:
+    """Statements, transactions and Redis round trips per call, counted in this process."""
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    import redis
+    import redis.asyncio
+
+    counts = {"statements": 0, "redis": 0}
+
+    def counting(cls: Any, name: str, counter: str) -> None:
+        original = getattr(cls, name)
+        if asyncio.iscoroutinefunction(original):
+
+            async def wrapped_async(self: Any, *a: Any, **k: Any) -> Any:
+                counts[counter] += 1
+                return await original(self, *a, **k)
+
+            setattr(cls, name, wrapped_async)
+        else:
+
+            def wrapped(self: Any, *a: Any, **k: Any) -> Any:
+                counts[counter] += 1
+                return original(self, *a, **k)
+
+            setattr(cls, name, wrapped)
+
+    counting(psycopg.Cursor, "execute", "statements")
+    counting(psycopg.Cursor, "executemany", "statements")
+    counting(redis.Redis, "execute_command", "redis")
+    counting(redis.client.Pipeline, "execute", "redis")
+    counting(redis.asyncio.Redis, "execute_command", "redis")
+    counting(redis.asyncio.client.Pipeline, "execute", "redis")
+
+    from tests.live import uvicorn_server
+
+    dsn, dbname = env["DATABASE_URL"], env["DATABASE_URL"].rsplit("/", 1)[1]
+    with uvicorn_server() as url, httpx.Client(timeout=60) as client:
+        auth = {"authorization": f"Bearer {key}"}
+        for _ in range(5):  # warm: caches, catalog snapshot, pools
+            client.post(url + "/v1/chat/completions", json=BODY, headers=auth).raise_for_status()
+        time.sleep(1.0)
+        counts.update(statements=0, redis=0)
+        commits = xact_commits(dsn, dbname)
+        for _ in range(calls):
+            client.post(url + "/v1/chat/completions", json=BODY, headers=auth).raise_for_status()
+        time.sleep(1.0)  # the last call's background pushes
+        statements, round_trips = counts["statements"], counts["redis"]
+        transactions = xact_commits(dsn, dbname) - commits - 1  # less the reading query's own
+    return {
+        "statements": statements / calls,
+        "transactions": transactions / calls,
+        "redis": round_trips / calls,
+    }
+
+
+def _prepare(env: dict[str, str], tmp: Path, upstream_port: int) -> str:
+    """Migrate, load the bench catalog (only its vendor enabled), issue an unlimited key."""
+    manage(env, "migrate", "--noinput", "-v", "0")
+    (tmp / "catalog.yaml").write_text(CATALOG.format(url=f"http://127.0.0.1:{upstream_port}/v1"))
+    manage(env, "catalog", "load", str(tmp / "catalog.yaml"))
+    manage(
+        env,
+        "shell",
+        "-c",
+        "from catalog.models import Vendor; Vendor.objects.exclude(name='benchvendor')"
+        ".update(enabled=False)",
+    )
+    key = manage(
+        env,
+        "issue_key",
+        "--org",
+        f"measure-{os.getpid()}",
+        "--project",
+        "m",
+        "--credit-usd",
+        "1000",
+    ).splitlines()[-1]
+    manage(
+        env,
+        "shell",
+        "-c",
+        "from accounts.models import ApiKey; "
+        "ApiKey.objects.update(requests_per_minute=10**6, tokens_per_minute=10**9)",
+    )
+
+    return key
+
+
+def db_worker(slug: str, seconds: float) -> None:
+    """Repeat a call's database work for ``seconds``; print how many calls were done."""
+    import secrets
+
+    import django
+
+    django.setup()
+    from accounts.models import Organization, Project
+    from billing.services import hold_open
+    from inference.models import RequestLog, RequestStatus
+    from inference.pipeline import _record_and_settle_now
+
+    org = Organization.objects.get(slug=slug)
+    project = Project.objects.filter(organization=org).first()
+    done, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        request_id = "req_" + secrets.token_hex(12)
+        hold_open(
+            organization_id=org.pk,
+            project_id=project.pk if project else None,
+            api_key_id=None,
+            request_id=request_id,
+            amount_nanos=50_000,
+        )
+        row = RequestLog(
+            request_id=request_id,
+            organization_id=org.pk,
+            project_id=project.pk if project else None,
+            endpoint="chat.completions",
+            requested_model="bench-model",
+            model="bench-model",
+            vendor="benchvendor",
+            status=RequestStatus.OK,
+            http_status=200,
+            input_tokens=9,
+            output_tokens=16,
+            cost_nanos=41,
+            latency_ms=5,
+        )
+        _record_and_settle_now(row, True, 41)
+        done += 1
+    print(done)
+
+
+def db_only(env: dict[str, str], dsn: str, dbname: str, clients: int, seconds: float) -> str:
+    """Calls/s of ``clients`` processes doing only a call's database work, and PostgreSQL's CPU."""
+    slugs = []
+    for i in range(clients):
+        slug = f"measure-db-{os.getpid()}-{clients}-{i}"
+        manage(env, "issue_key", "--org", slug, "--project", "m", "--credit-usd", "1000")
+        slugs.append(slug)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "deploy/measure.py", "--db-worker", slug, str(seconds)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for slug in slugs
+    ]
+    # Backends come and go with the client processes: sample them until the clients exit.
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    while any(p.poll() is None for p in procs):
+        for pid in backend_pids(dsn, dbname):
+            cpu = cpu_seconds(pid)
+            first.setdefault(pid, cpu)
+            last[pid] = cpu
+        time.sleep(0.25)
+    outputs = [p.communicate()[0] for p in procs]
+    pg = sum(last[p] - first[p] for p in last)
+    calls = sum(int(o.strip().splitlines()[-1]) for o in outputs)
+    return (
+        f"{calls / seconds:.0f} calls/s; PostgreSQL backends busy {pg / seconds:.2f} cores, "
+        f"{pg * 1000 / max(calls, 1):.2f} ms CPU/call"
+    )
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--db-worker":
+        db_worker(sys.argv[2], float(sys.argv[3]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--calls", type=int, default=200, help="calls for the per-call counts")
+    parser.add_argument("--base-port", type=int, default=18200)
+    parser.add_argument("--db-clients", default="1,2,4", help="PostgreSQL-only phase ('' skips)")
+    args = parser.parse_args()
+    dsn = os.environ["DATABASE_URL"]
+    dbname = dsn.rsplit("/", 1)[1]
+
+    tmp = Path(tempfile.mkdtemp(prefix="infrai-measure-"))
+    env = env_for(tmp)
+    upstream_port = args.base_port + 90
+    upstream = subprocess.Popen(
+        [sys.executable, "bench/upstream.py", "--port", str(upstream_port)], cwd=ROOT
+    )
+    try:
+        key = _prepare(env, tmp, upstream_port)
+    except BaseException:
+        upstream.terminate()
+        raise
+
+    rows: list[tuple[str, str]] = []
+    try:
+        for n in [int(x) for x in args.db_clients.split(",") if x]:
+            rows.append(
+                (
+                    f"PostgreSQL alone, {n} client process(es)",
+                    db_only(env, dsn, dbname, n, args.seconds / 2),
+                )
+            )
+    except BaseException:
+        upstream.terminate()
+        raise
+
+    cluster_env = {
+        **env,
+        "BASE_PORT": str(args.base_port),
+        "CLUSTER_DIR": str(tmp / "cluster"),
+        "CLUSTER_MIGRATE": "0",
+        "NO_GPU": "1",
+    }
+    cluster = subprocess.Popen(
+        ["bash", "scripts/cluster.sh"],
+        cwd=ROOT,
+        env=cluster_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert cluster.stdout is not None
+        for line in cluster.stdout:
+            if line.startswith("cluster ready"):
+                break
+        else:
+            raise SystemExit("the cluster did not start")
+        pids = {
+            name: int((tmp / "cluster" / "pids" / f"{name}.pid").read_text())
+            for name in ("web1", "web2", "nginx")
+        }
+        nginx_url = f"http://127.0.0.1:{args.base_port}"
+        web1_url = f"http://127.0.0.1:{args.base_port + 1}"
+        for label, url, webs in (
+            ("one web process (direct)", web1_url, ["web1"]),
+            ("two web processes behind nginx", nginx_url, ["web1", "web2"]),
+        ):
+            asyncio.run(load(url, key, seconds=3, concurrency=args.concurrency))  # warm
+            backends = {p: cpu_seconds(p) for p in backend_pids(dsn, dbname)}
+            web_cpu = sum(cpu_seconds(pids[w]) for w in webs)
+            started = time.monotonic()
+            latencies = asyncio.run(
+                load(url, key, seconds=args.seconds, concurrency=args.concurrency)
+            )
+            elapsed = time.monotonic() - started
+            web_ms = (sum(cpu_seconds(pids[w]) for w in webs) - web_cpu) * 1000 / len(latencies)
+            pg_now = {p: cpu_seconds(p) for p in backend_pids(dsn, dbname)}
+            pg_ms = sum(v - backends.get(p, 0.0) for p, v in pg_now.items()) * 1000 / len(latencies)
+            q = statistics.quantiles(latencies, n=100)
+            rows.append(
+                (
+                    label,
+                    f"{len(latencies) / elapsed:.0f} calls/s; p50 {q[49] * 1000:.0f} ms, "
+                    f"p99 {q[98] * 1000:.0f} ms; web CPU {web_ms:.1f} ms/call; "
+                    f"PostgreSQL backend CPU {pg_ms:.2f} ms/call",
+                )
+            )
+    finally:
+        cluster.send_signal(signal.SIGTERM)
+        cluster.wait(60)
+    try:
+        counts = per_call_counts(env, key, args.calls)
+        rows.append(
+            (
+                "per call (in-process count)",
+                f"{counts['statements']:.1f} PostgreSQL statements in "
+                f"{counts['transactions']:.1f} transactions; "
+                f"{counts['redis']:.1f} Redis round trips",
+            )
+        )
+    finally:
+        upstream.terminate()
+    with open("/proc/loadavg") as f:
+        load_avg = " ".join(f.read().split()[:3])
+    print(
+        f"\nmeasured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"{os.cpu_count()} cores, load average {load_avg} at the end\n"
+    )
+    print("| what | figure |\n|---|---|")
+    for label, figure in rows:
+        print(f"| {label} | {figure} |")
+
+
+if __name__ == "__main__":
+    main()
