@@ -395,10 +395,12 @@ def test_every_v1_route_with_the_other_organizations_ids_shows_none_of_its_data(
     assert first.status_code == 200, first.text
     bravo_answer = first.json()
     before = snapshot(bravo)
+    vector_ids = bravo_vectors(bravo)
     # Ids of Bravo wherever a /v1 route or the OpenAI SDKs' headers take one.
     values = {
         "model": f"{bravo.org.slug}/{bravo.project.pk}",
         "token": bravo.request_id,
+        **vector_ids,
     }
     headers = {
         "authorization": f"Bearer {alpha.raw_key}",
@@ -443,10 +445,44 @@ def test_every_v1_route_with_the_other_organizations_ids_shows_none_of_its_data(
     assert answer["infrai"]["request_id"] != bravo_answer["infrai"]["request_id"]
     assert logged_soon(answer["infrai"]["request_id"], alpha.org.pk)
     assert snapshot(bravo) == before
+    assert bravo_vectors_intact(vector_ids)
     # Alpha's key never reads or writes Bravo's rows: Bravo's request log holds only its own.
     assert set(
         RequestLog.objects.filter(organization_id=bravo.org.pk).values_list("api_key_id", flat=True)
     ) == {bravo.key.pk}
+
+
+def bravo_vectors(t: Tenant) -> dict[str, str]:
+    """A collection (with a vector), a vector store and a file of ``t``: the values of the
+    vector store's path parameters."""
+    from vectors.models import StoredFile
+    from vectors.services import collection_create, vectors_write
+    from vectors.store import Item
+
+    ids = {"organization_id": t.org.pk, "project_id": t.project.pk}
+    collection = collection_create(**ids, name=f"vectors-of-{t.org.slug}")
+    vectors_write(collection=collection, items=[Item(id=f"vec-of-{t.org.slug}", vector=[1.0])])
+    store = collection_create(**ids, name=None, title=f"store-of-{t.org.slug}")
+    stored = StoredFile.objects.create(
+        **ids, public_id=f"file-of-{t.org.slug}", filename="f.txt", purpose="assistants",
+        content=b"x", bytes=1,
+    )  # fmt: skip
+    return {
+        "name": collection.name,
+        "vector_store_id": store.public_id,
+        "file_id": stored.public_id,
+    }
+
+
+def bravo_vectors_intact(values: dict[str, str]) -> bool:
+    """Whether :func:`bravo_vectors`' rows are all still there, unchanged."""
+    from vectors.models import Collection, StoredFile, VectorItem
+
+    return (
+        VectorItem.objects.filter(collection__name=values["name"]).count() == 1
+        and Collection.objects.filter(public_id=values["vector_store_id"]).exists()
+        and StoredFile.objects.filter(public_id=values["file_id"]).exists()
+    )
 
 
 _OWN_FIELDS = {
