@@ -45,6 +45,7 @@ from config.errors import (
     RequestTooLarge,
     internal_error,
 )
+from inference import jsonio
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +201,7 @@ def json_response(
 ) -> Response:
     """Serialize ``data`` compactly into a :class:`Response`."""
     return Response(
-        # "replace": a string the vendor sent that is not valid Unicode never makes a 500.
-        json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace"),
+        jsonio.dumps(data),  # a vendor string that is not valid Unicode never makes a 500
         status=status,
         headers=headers or {},
     )

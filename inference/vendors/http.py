@@ -15,7 +15,6 @@ vendor keeps sending (``INFRAI_MAX_STREAM_S`` bounds it above this layer).
 from __future__ import annotations
 
 import asyncio
-import json
 import weakref
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -25,6 +24,7 @@ from typing import Any
 import aiohttp
 from aiohttp.http_exceptions import LineTooLong
 
+from inference import jsonio
 from inference.vendors import errors
 from inference.vendors.base import VendorTarget
 
@@ -51,6 +51,13 @@ def session() -> aiohttp.ClientSession:
         )
         _sessions[loop] = current
     return current
+
+
+async def close() -> None:
+    """Close the running loop's session (process shutdown)."""
+    current = _sessions.pop(asyncio.get_running_loop(), None)
+    if current is not None:
+        await current.close()
 
 
 def _timeout(target: VendorTarget) -> aiohttp.ClientTimeout:
@@ -86,7 +93,7 @@ class VendorResponse:
 
     def json(self) -> Any:
         """The body parsed as JSON (``ValueError`` when it is not)."""
-        return json.loads(self.body)
+        return jsonio.loads(self.body)
 
 
 async def request(

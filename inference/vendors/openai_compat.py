@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import aiohttp
 
+from inference import jsonio
 from inference.vendors import errors, http
 from inference.vendors.base import JSON, VendorTarget
 from inference.vendors.sse import events
@@ -91,7 +91,7 @@ class OpenAICompatibleAdapter:
                 if data.strip() == "[DONE]":
                     return
                 try:
-                    chunk = json.loads(data)
+                    chunk = jsonio.loads(data)
                 except ValueError:
                     raise errors.VendorProtocolError(
                         f"{target.vendor} sent a malformed stream event", vendor=target.vendor

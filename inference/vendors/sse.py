@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
+
+from inference import jsonio
 
 DONE = b"data: [DONE]\n\n"
 
@@ -32,6 +33,5 @@ async def events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
 
 def encode(obj: dict[str, Any]) -> bytes:
     """One ``data:`` event carrying ``obj`` as compact JSON."""
-    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-    # "replace": a vendor string that is not valid Unicode (a lone surrogate) never breaks it.
-    return b"data: " + text.encode("utf-8", "replace") + b"\n\n"
+    # A vendor string that is not valid Unicode (a lone surrogate) never breaks it.
+    return b"data: " + jsonio.dumps(obj) + b"\n\n"
