@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
@@ -9,7 +10,8 @@ from django.db import connections
 
 from accounts.services import api_key_create
 from billing.models import Hold, HoldStatus, Wallet
-from billing.services import CODE_KEY_BUDGET, hold_open, hold_settle
+from billing.services import CODE_KEY_BUDGET, ahold_open, hold_open, hold_settle
+from config import adb
 from config.errors import InsufficientQuota
 from tests.billing.conftest import USD, postgres_only
 
@@ -74,6 +76,40 @@ def test_concurrent_holds_on_one_key_never_exceed_its_budget(make_tenant):
         )
     )
     assert open_rids == set(ok)
+    assert Wallet.objects.get(organization=tenant.org).held_nanos == budget
+
+
+def test_concurrent_async_holds_on_one_key_never_exceed_its_budget(make_tenant):
+    """The request path's own opening (``ahold_open`` on the event loop's pool) under load."""
+    postgres_only()
+    tenant = make_tenant(balance_nanos=USD)
+    budget = 7 * AMOUNT
+
+    async def race() -> list[BaseException | None]:
+        try:
+            return await asyncio.gather(
+                *(
+                    ahold_open(
+                        organization_id=tenant.org.pk,
+                        project_id=tenant.project.pk,
+                        api_key_id=tenant.key.pk,
+                        request_id=f"akb-{n}",
+                        amount_nanos=AMOUNT,
+                        key_budget_nanos=budget,
+                    )
+                    for n in range(48)
+                ),
+                return_exceptions=True,
+            )
+        finally:
+            await adb.close()
+
+    results = asyncio.run(race())
+    refused = [r for r in results if isinstance(r, InsufficientQuota)]
+    assert len(refused) == 48 - 7
+    assert {r.code for r in refused} == {CODE_KEY_BUDGET}
+    assert [r for r in results if r is not None and not isinstance(r, InsufficientQuota)] == []
+    assert Hold.objects.filter(api_key=tenant.key, status=HoldStatus.OPEN).count() == 7
     assert Wallet.objects.get(organization=tenant.org).held_nanos == budget
 
 
