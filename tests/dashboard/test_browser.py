@@ -627,6 +627,15 @@ def _refreshes(page: Page) -> int:
     return int(page.evaluate("document.body.getAttribute('data-live-refreshes') || '0'"))
 
 
+def _open_live(page: Page, path: str) -> None:
+    """Open ``path`` and wait until its socket is on and the consumer's one ``resync`` (sent
+    ``config.live.WATCH_MEMO_S`` after connecting) has re-rendered the page: from then on
+    every re-render is caused by an event of the test."""
+    page.goto(path)
+    expect(page.locator("body[data-live=on]")).to_be_attached()
+    _refreshed_after(page, 0)
+
+
 def test_live_pages_show_what_a_reload_shows(
     page: Page, context: BrowserContext, live_url: str, demo_catalog: None, shots: Path
 ) -> None:
@@ -637,8 +646,7 @@ def test_live_pages_show_what_a_reload_shows(
     _login(context, live_url, owner)
 
     # Usage: the cost card keeps sub-cent digits; cards, breakdowns and latest calls follow.
-    page.goto(f"/o/{org.slug}/usage/")
-    expect(page.locator("body[data-live=on]")).to_be_attached()
+    _open_live(page, f"/o/{org.slug}/usage/")
     expect(page.get_by_test_id("total-cost")).to_have_text("$0.00")
     before = _refreshes(page)
     client.chat.completions.create(
@@ -655,8 +663,7 @@ def test_live_pages_show_what_a_reload_shows(
     assert _region_texts(page, ("usage",)) == live
 
     # The request log: a failed call appears live, with its status, as after a reload.
-    page.goto(f"/o/{org.slug}/usage/requests/")
-    expect(page.locator("body[data-live=on]")).to_be_attached()
+    _open_live(page, f"/o/{org.slug}/usage/requests/")
     before = _refreshes(page)
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(
@@ -669,8 +676,7 @@ def test_live_pages_show_what_a_reload_shows(
     assert _region_texts(page, ("log",)) == live
 
     # The wallet: balance, held and the ledger move with a call, as a reload shows them.
-    page.goto(f"/o/{org.slug}/wallet/")
-    expect(page.locator("body[data-live=on]")).to_be_attached()
+    _open_live(page, f"/o/{org.slug}/wallet/")
     balance = page.get_by_test_id("balance").inner_text()
     before = _refreshes(page)
     client.chat.completions.create(
@@ -761,8 +767,7 @@ def test_the_wallet_shows_a_running_call_s_hold_while_it_runs(
     _, raw = api_key_create(project=project_create(organization=org, name="Slow"), name="k")
     client = openai.OpenAI(base_url=f"{live_url}/v1", api_key=raw, max_retries=0)
     _login(context, live_url, owner)
-    page.goto(f"/o/{org.slug}/wallet/")
-    expect(page.locator("body[data-live=on]")).to_be_attached()
+    _open_live(page, f"/o/{org.slug}/wallet/")
     expect(page.get_by_test_id("held")).to_have_text("$0.00")
     fake_vendor.stall_s = 8
     outcome: list[object] = []
