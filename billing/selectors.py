@@ -14,7 +14,7 @@ from billing.services.holds import month_start
 
 
 @dataclass(frozen=True, slots=True)
-class WalletSummary:
+class WalletBalance:
     """An organization's money right now, in nano-USD (all 0 when it has no wallet yet)."""
 
     balance_nanos: int
@@ -32,7 +32,7 @@ class ProjectUsage:
     held_nanos: int
 
 
-def wallet_summary(*, organization_id: int) -> WalletSummary:
+def wallet_summary(*, organization_id: int) -> WalletBalance:
     """Balance, held, available (= balance - held) and the number of open holds."""
     row = (
         Wallet.objects.filter(organization_id=organization_id)
@@ -40,10 +40,10 @@ def wallet_summary(*, organization_id: int) -> WalletSummary:
         .first()
     )
     if row is None:
-        return WalletSummary(0, 0, 0, 0)
+        return WalletBalance(0, 0, 0, 0)
     wallet_id, balance, held = row
     holds = Hold.objects.filter(wallet_id=wallet_id, status=HoldStatus.OPEN).count()
-    return WalletSummary(balance, held, balance - held, holds)
+    return WalletBalance(balance, held, balance - held, holds)
 
 
 def open_holds(*, organization_id: int, limit: int = 100) -> list[Hold]:

@@ -26,10 +26,10 @@ from django.utils.html import format_html_join
 
 from catalog import health
 from catalog.forms import USD_FIELD_NAMES, ModelForm, ParameterRuleForm, PriceForm
-from catalog.models import Model, Offering, Parameter, ParameterRule, Price, Support, Vendor
+from catalog.models import Model, Offering, Parameter, ParameterRule, Price, Vendor
 from catalog.selectors import build_snapshot, credentials_configured, vendor_base_url
 from catalog.services import Cell, catalog_changed, matrix_cells, matrix_update, vendor_probe
-from catalog.types import CatalogSnapshot
+from catalog.types import CatalogSnapshot, Support
 from catalog.validation import cell_problems
 from money.usd import nanos_to_usd_str
 

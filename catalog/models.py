@@ -11,6 +11,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from catalog.types import Support
+
 
 class AdapterKind(models.TextChoices):
     """The wire format a vendor speaks (one adapter module in ``inference/vendors/`` each)."""
@@ -59,14 +61,6 @@ class Parameter(models.TextChoices):
     PRESENCE_PENALTY = "presence_penalty", "presence_penalty"
     FREQUENCY_PENALTY = "frequency_penalty", "frequency_penalty"
     DIMENSIONS = "dimensions", "dimensions"
-
-
-class Support(models.TextChoices):
-    """What a model does with a parameter. A missing matrix cell means *honoured*."""
-
-    HONOURED = "honoured", "honoured"
-    NO_EFFECT = "no_effect", "no effect"
-    FAILS = "fails", "fails"
 
 
 class Vendor(models.Model):

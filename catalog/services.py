@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from catalog import health
-from catalog.models import AdapterKind, Model, Offering, ParameterRule, Price, Support, Vendor
+from catalog.models import AdapterKind, Model, Offering, ParameterRule, Price, Vendor
 from catalog.selectors import (
     VERSION_KEY,
     catalog_snapshot_forget,
@@ -25,6 +25,7 @@ from catalog.selectors import (
     credentials_value,
     vendor_base_url,
 )
+from catalog.types import Support
 from config import fastcache
 
 _PROBE_TIMEOUT_S = 10.0

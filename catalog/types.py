@@ -8,15 +8,21 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from django.db.models import TextChoices
+
 from money.pricing import PriceSnapshot
 
 
-class Support(StrEnum):
-    """What a model does with a request parameter (mirrors ``catalog.models.Support``)."""
+class Support(TextChoices):
+    """What a model does with a request parameter. A missing matrix cell means *honoured*.
 
-    HONOURED = "honoured"
-    NO_EFFECT = "no_effect"
-    FAILS = "fails"
+    The one definition: routing compares against it and ``ParameterRule.support`` takes its
+    choices from it (a ``TextChoices`` needs no database or settings to import).
+    """
+
+    HONOURED = "honoured", "honoured"
+    NO_EFFECT = "no_effect", "no effect"
+    FAILS = "fails", "fails"
 
 
 class CircuitState(StrEnum):

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from catalog.models import AdapterKind, Capability, Parameter, Support
+from catalog.models import AdapterKind, Capability, Parameter
+from catalog.types import Support
 
 # The task tags ``extra_body.task`` narrows to; a new tag is added here first (routing lists
 # the tags the catalog uses as the known ones in its refusal).

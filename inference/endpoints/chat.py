@@ -21,7 +21,7 @@ from typing import Any
 from django.conf import settings
 
 from catalog.routing import Candidate, RoutingRequest
-from config.errors import InsufficientQuota
+from config.errors import InsufficientQuota, UpstreamError
 from inference import relay, response_cache, tokens
 from inference.chat.validation import ChatRequest, parse_chat_request, to_legacy_function_call
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
@@ -230,7 +230,7 @@ async def _answer_from_cache(
     if not chat.stream:
         body["infrai"] = call.infrai()
         return json_response(body, headers=call.headers())
-    return StreamingResponse(_replay(call, chat, body), headers=_stream_headers(call, final=True))
+    return StreamingResponse(_replay(call, chat, body), headers=stream_headers(call, final=True))
 
 
 def completion_chunks(body: JSON) -> list[JSON]:
@@ -274,7 +274,8 @@ async def _replay(call: Call, chat: ChatRequest, body: JSON) -> AsyncIterator[by
     yield sse.DONE
 
 
-def _stream_headers(call: Call, *, final: bool) -> dict[str, str]:
+def stream_headers(call: Call, *, final: bool) -> dict[str, str]:
+    """The headers of an event stream: the call's, and no caching or proxy buffering."""
     return {**call.headers(final=final), "cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
@@ -419,8 +420,9 @@ class ChatMeter:
             out.append(sse.encode({**usage_chunk, "infrai": infrai}))
         if fault is not None:
             # The SDKs raise on this event and keep only ``error``: it carries ``infrai``.
-            error = {"message": fault.message, "type": "api_error", "code": fault.code}
-            out.append(sse.encode({"error": {**error, "param": None, "infrai": infrai}}))
+            body = UpstreamError(fault.message, code=fault.code).body()
+            body["error"]["infrai"] = infrai
+            out.append(sse.encode(body))
         out.append(sse.DONE)
         return out
 
@@ -440,7 +442,7 @@ async def _open_stream(
             call.charge(meter.usage(relay.Outcome.CANCELLED)[0], estimated=True)
             await call.finish(status=RequestStatus.CANCELLED, http_status=499)
 
-    return StreamingResponse(chunks, headers=_stream_headers(call, final=False), on_close=on_close)
+    return StreamingResponse(chunks, headers=stream_headers(call, final=False), on_close=on_close)
 
 
 route("/v1/chat/completions", methods={"POST": chat_completions})

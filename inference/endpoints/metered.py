@@ -28,8 +28,6 @@ from money.pricing import Usage
 T = TypeVar("T")
 VendorCall = Callable[[Adapter, VendorTarget, Candidate], Awaitable[T]]
 
-# One set of ``prefer`` values (and one message for a wrong one) on every endpoint.
-ROUTING_PREFERENCES = PREFERENCES
 # The platform's own fields (sent through the SDKs' ``extra_body``).
 EXTENSIONS = frozenset({"task", "prefer"})
 
@@ -64,7 +62,7 @@ def routing_fields(data: dict[str, Any], *, default_model: str = "auto") -> Rout
         if data.get(name) is not None and not isinstance(data[name], str):
             raise invalid_type(name, "a string")
     prefer = data.get("prefer")
-    if prefer is not None and prefer not in ROUTING_PREFERENCES:
+    if prefer is not None and prefer not in PREFERENCES:
         raise prefer_refusal(prefer)
     return Routing(model=model.strip(), task=data.get("task"), prefer=prefer)
 

@@ -25,7 +25,6 @@ from money.pricing import Usage
 ENDPOINT = "moderations"
 MAX_INPUTS = 1024
 _FIELDS = {"model", "input"}
-_PER_IMAGE_TOKENS = 765
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +39,7 @@ class ModerationRequest:
     @property
     def tokens_upper(self) -> int:
         """Input tokens of any tokenizer at most (a token covers at least one byte)."""
-        return sum(len(t.encode()) + 4 for t in self.texts) + _PER_IMAGE_TOKENS * self.images
+        return sum(len(t.encode()) + 4 for t in self.texts) + tokens.IMAGE_TOKENS * self.images
 
 
 def _parts(items: list[Any]) -> tuple[list[str], int]:
@@ -96,7 +95,7 @@ def usage_of(request: ModerationRequest, body: Any) -> tuple[Usage, bool]:
     ):
         raise UpstreamError("The vendor answered something that is not a moderation result.")
     counted = sum(tokens.count_text(t) for t in request.texts)
-    return Usage(input_tokens=counted + _PER_IMAGE_TOKENS * request.images), True
+    return Usage(input_tokens=counted + tokens.IMAGE_TOKENS * request.images), True
 
 
 async def moderations(request: ApiRequest) -> Response:

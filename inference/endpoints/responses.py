@@ -25,6 +25,7 @@ from inference.endpoints.chat import (
     estimate_usage,
     open_upstream_stream,
     route_and_limit,
+    stream_headers,
     usage_from,
     worst_case,
 )
@@ -122,8 +123,7 @@ async def _answer_from_cache(
         for event in translator.completed(call.usage, call.infrai()):
             yield event
 
-    headers = {**call.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"}
-    return StreamingResponse(replay(), headers=headers)
+    return StreamingResponse(replay(), headers=stream_headers(call, final=True))
 
 
 async def _open_stream(call: Call, parsed: ResponsesRequest, payload: JSON) -> StreamingResponse:
@@ -143,9 +143,8 @@ async def _open_stream(call: Call, parsed: ResponsesRequest, payload: JSON) -> S
             call.charge(meter.usage(relay.Outcome.CANCELLED)[0], estimated=True)
             await call.finish(status=RequestStatus.CANCELLED, http_status=499)
 
-    headers = {**call.headers(final=False), "cache-control": "no-cache", "x-accel-buffering": "no"}
     chunks = relay.relay(call, relay.prepend(first, upstream), meter, upstream.aclose)
-    return StreamingResponse(chunks, headers=headers, on_close=on_close)
+    return StreamingResponse(chunks, headers=stream_headers(call, final=False), on_close=on_close)
 
 
 class ResponsesMeter:

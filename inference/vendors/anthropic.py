@@ -200,7 +200,7 @@ def from_anthropic(body: JSON, *, model: str) -> JSON:
     }
 
 
-class StreamTranslator:
+class ChunkTranslator:
     """Turns Anthropic stream events into OpenAI ``chat.completion.chunk`` dicts."""
 
     def __init__(self, model: str) -> None:
@@ -314,7 +314,7 @@ class AnthropicAdapter:
         ) as response:
             if response.status >= 400:
                 self._raise(target, response.status, (await response.read()).text)
-            translator = StreamTranslator(target.upstream_model)
+            translator = ChunkTranslator(target.upstream_model)
             async for event, data in events(response.lines()):
                 try:
                     parsed = json.loads(data)

@@ -178,7 +178,7 @@ def test_anthropic_response_and_stream_mapping():
         "total_tokens": 10,
         "prompt_tokens_details": {"cached_tokens": 3},
     }
-    t = anthropic.StreamTranslator("claude")
+    t = anthropic.ChunkTranslator("claude")
     chunks = [
         *t.feed(
             "message_start",
