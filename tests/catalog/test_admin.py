@@ -359,3 +359,48 @@ def test_an_offering_page_shows_its_price_history_in_usd(staff):
 
     assert nanos_to_usd_str(price.input_per_mtok_nanos) in page.content.decode()
     assert f">{price.input_per_mtok_nanos}<" not in page.content.decode()
+
+
+def test_a_price_added_inline_on_the_offering_page_is_typed_in_usd(staff):
+    from catalog.models import Offering, Price
+
+    client, _ = staff
+    offering = Offering.objects.get(vendor__name="openai", model__model_id="gpt-4o")
+    url = reverse("admin:catalog_offering_change", args=[offering.pk])
+    existing = offering.prices.count()
+    data = {
+        "model": offering.model_id,
+        "vendor": offering.vendor_id,
+        "upstream_model": offering.upstream_model,
+        "priority": offering.priority,
+        "enabled": "on",
+        "prices-TOTAL_FORMS": str(existing + 1),
+        "prices-INITIAL_FORMS": str(existing),
+        "prices-MIN_NUM_FORMS": "0",
+        "prices-MAX_NUM_FORMS": "1000",
+    }
+    for i, price in enumerate(offering.prices.order_by("-effective_from")):
+        data[f"prices-{i}-id"] = price.pk
+        data[f"prices-{i}-offering"] = offering.pk
+    new = existing
+    data.update(
+        {
+            f"prices-{new}-offering": offering.pk,
+            f"prices-{new}-effective_from_0": "2032-01-01",
+            f"prices-{new}-effective_from_1": "00:00:00",
+            f"prices-{new}-input_per_mtok_usd": "3",
+            f"prices-{new}-cached_input_per_mtok_usd": "1.5",
+            f"prices-{new}-output_per_mtok_usd": "12.000000001",
+            f"prices-{new}-per_mchar_usd": "0",
+            f"prices-{new}-per_audio_second_usd": "0",
+            f"prices-{new}-per_image_usd": "",
+            f"prices-{new}-source": "inline test",
+        }
+    )
+    page = client.post(url, data)
+    assert page.status_code == 302, page.content.decode()[:2000]
+    price = Price.objects.get(source="inline test")
+    assert (price.input_per_mtok_nanos, price.output_per_mtok_nanos) == (
+        3_000_000_000,
+        12_000_000_001,
+    )
