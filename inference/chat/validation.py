@@ -675,6 +675,15 @@ def _parse(data: dict[str, Any], *, legacy: bool) -> ChatRequest:
     )
     tools_json = json.dumps(data.get("tools") or [])
     tools_bytes = len(tools_json.encode())
+    # Two prompt-token figures made before the serving model (and its tokenizer) is known:
+    # - ``upper`` sizes the hold, and the charge may never exceed the hold, so it is a bound for
+    #   any model: a token covers at least one byte of text, so never more tokens than the UTF-8
+    #   bytes of the messages and tools; plus 16 per message (role, chat-template separators),
+    #   2000 per image (OpenAI's high detail counts at most 1,445 for one, Anthropic about
+    #   1,600) and 16 for the reply's opening.
+    # - ``prompt_tokens_likely`` feeds the rate limit's tokens per minute and routing's expected
+    #   cost, where a bound would throttle callers and misprice: about 4 bytes per token, 4 per
+    #   message as OpenAI counts them, 765 per image (``inference.tokens.IMAGE_TOKENS``).
     upper = prompt_bytes + tools_bytes + 16 * message_count + 2000 * images + 16
     counted = tokens.count_messages(data["messages"]) + (
         tokens.count_text(tools_json) if data.get("tools") else 0
