@@ -231,3 +231,41 @@ def test_the_same_calls_work_on_the_pgvector_engine(issue_key, client_for, setti
     assert [m["id"] for m in food["data"]] == ["tea"]
     assert entries(found["infrai"]["request_id"]) == [-QUERY_NANOS]
     client.delete("/vector/collections/pg", cast_to=object)
+
+
+def test_a_storage_charge_takes_only_what_the_wallet_has_and_records_the_rest(
+    issue_key, client_for
+):
+    from billing.models import Wallet
+
+    client = client_for(issue_key())
+    post(client, "/vector/upsert", {
+        "collection": "big",
+        "ids": [str(i) for i in range(50)],
+        "vectors": [word_vector(f"text {i}") for i in range(50)],
+    })  # fmt: skip
+    collection = Collection.objects.get(name="big")
+    wallet = Wallet.objects.get(organization_id=collection.organization_id)
+    Wallet.objects.filter(pk=wallet.pk).update(balance_nanos=7)  # almost empty
+    Collection.objects.filter(pk=collection.pk).update(
+        metered_at=collection.metered_at - __import__("datetime").timedelta(days=30)
+    )
+    assert storage_meter() == 7
+    charge = StorageCharge.objects.get()
+    assert charge.charged_nanos == 7 and charge.amount_nanos > 7  # the shortfall stays recorded
+    wallet.refresh_from_db()
+    assert (wallet.balance_nanos, wallet.held_nanos) == (0, 0)  # never an overdraft
+    assert not Hold.objects.filter(status=HoldStatus.OPEN).exists()
+
+
+def test_an_empty_wallet_cannot_search_and_nothing_is_charged(issue_key, client_for):
+    from billing.models import Wallet
+
+    client = client_for(issue_key())
+    post(client, "/vector/upsert", {"collection": "c", "ids": ["a"], "vectors": [[1, 0, 0]]})
+    Wallet.objects.update(balance_nanos=0)
+    with pytest.raises(openai.APIStatusError) as exc:
+        post(client, "/vector/query", {"collection": "c", "vector": [1, 0, 0]})
+    assert exc.value.status_code == 402
+    assert Collection.objects.get(name="c").queries == 0
+    assert not LedgerEntry.objects.filter(kind=EntryKind.USAGE).exists()

@@ -143,3 +143,22 @@ def _collection_named(name: str) -> int:
     return Collection.objects.create(
         organization=org, project=project, public_id=f"vs_{name}", name=name, engine="embedded"
     ).pk
+
+
+def test_upkeep_builds_the_pgvector_index_once_a_collection_is_large(pgvector_url, monkeypatch):
+    from vectors.engines import pgvector as engine_module
+
+    monkeypatch.setattr(engine_module, "INDEX_MIN_VECTORS", 50)
+    store = PgVectorStore(url=pgvector_url)
+    rows = np.random.default_rng(3).standard_normal((60, DIMS)).astype(np.float32)
+    store.upsert(collection_id=88, dimensions=DIMS, items=[Item(id="a", vector=rows[0].tolist())])
+    store.maintain(collection_id=88, dimensions=DIMS)  # 1 vector: no index yet
+    assert store.build_index(collection_id=88, dimensions=DIMS) is True  # it was not there
+    store.drop(collection_id=88)
+    store.upsert(
+        collection_id=88, dimensions=DIMS,
+        items=[Item(id=str(i), vector=v.tolist()) for i, v in enumerate(rows)],
+    )  # fmt: skip
+    store.maintain(collection_id=88, dimensions=DIMS)
+    assert store.build_index(collection_id=88, dimensions=DIMS) is False  # upkeep built it
+    store.drop(collection_id=88)
