@@ -37,7 +37,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 # The composition root: what starts the web process and wires every app's routes and metrics.
 # These may import anything of ours; nothing but one another imports them.
-ENTRY_POINTS = ("config.asgi", "config.urls", "config.server", "config.observability")
+ENTRY_POINTS = (
+    "config.asgi",
+    "config.urls",
+    "config.server",
+    # /metrics and /readyz read the apps at scrape time; the rest of config.observability (the
+    # hooks every layer calls: counters, spans, the call log line) is in the config layer.
+    "config.observability.views",
+    "config.observability.scrape",
+)
 
 # Packages of ours that import nothing of ours and that nothing of ours imports.
 ISOLATED = ("gpu_backend",)

@@ -11,19 +11,50 @@ and span work only while tracing is on — and none makes a database or Redis ro
   end of the vendor span.
 - :func:`vendor_failed` counts a vendor attempt that failed (before a failover).
 - :func:`traced` / :func:`vendor_call` decorate the steps that get a span.
+
+This package (but :mod:`~config.observability.views` and :mod:`~config.observability.scrape`,
+entry points that read the apps at scrape time) sits in the ``config`` layer: it imports no app.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from config.observability import logs, metrics, tracing
 from config.observability.tracing import traced, vendor_call
 
-if TYPE_CHECKING:
-    from inference.http import ApiRequest
-    from inference.models import RequestLog
+
+class CallRow(Protocol):
+    """What the hooks read of a request-log row (``inference.models.RequestLog``); typed here
+    so this module imports nothing above ``config`` and every layer may call it."""
+
+    request_id: str
+    organization_id: int
+    project_id: int | None
+    endpoint: str
+    model: str
+    vendor: str
+    status: str
+    http_status: int
+    error_code: str
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    cost_nanos: int
+    latency_ms: int
+    ttft_ms: int | None
+    stream: bool
+    cache_hit: bool
+    failovers: int
+
+
+class CallRequest(Protocol):
+    """What the hooks read of a ``/v1`` request (``inference.http.ApiRequest``)."""
+
+    headers: dict[str, str]
+    state: dict[str, Any]
+
 
 __all__ = ["call_finished", "observe_v1", "stream_ended", "traced", "vendor_call", "vendor_failed"]
 
@@ -77,7 +108,7 @@ def _count(scope: dict[str, Any], seen: dict[str, Any], started: float) -> None:
     metrics.HTTP_DURATION.labels(*labels).observe(time.perf_counter() - started)
 
 
-def call_finished(row: RequestLog, request: ApiRequest) -> None:
+def call_finished(row: CallRow, request: CallRequest) -> None:
     """Count, log and trace one call that reached its outcome (``row`` is its request-log
     row, about to be written)."""
     model, vendor = row.model, row.vendor
@@ -144,7 +175,7 @@ def vendor_failed(vendor: str, kind: str) -> None:
     tracing.vendor_attempt_failed(vendor, kind)
 
 
-def stream_ended(request: ApiRequest, meter: object) -> None:
+def stream_ended(request: CallRequest, meter: object) -> None:
     """A stream is about to be settled: its finish reasons (what a chat meter saw) go to its
     vendor span. Nothing happens while tracing is off."""
     if tracing.enabled():

@@ -3,8 +3,8 @@
 Off unless configured: with ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, :func:`configure` (run once
 per process when Django starts) installs the SDK with the OTLP/HTTP exporter (which reads the
 standard ``OTEL_*`` variables for headers, timeouts and the service name) and the Django,
-httpx and psycopg instrumentations. Otherwise :data:`_tracer` stays ``None`` and every
-decorator here costs one attribute check. Tests install an in-memory exporter with
+aiohttp-client, httpx and psycopg instrumentations. Otherwise :data:`_tracer` stays ``None``
+and every decorator here costs one attribute check. Tests install an in-memory exporter with
 :func:`install`.
 
 The tree of a call (see ``docs/deploy.md``)::
@@ -66,17 +66,20 @@ def configure(*, otlp_endpoint: str, service_name: str = "infrai") -> bool:
 
 def install(provider: TracerProvider, *, libraries: bool = True) -> None:
     """Record spans through ``provider`` from now on (tests pass one with an in-memory
-    exporter); ``libraries`` also instruments Django, httpx and psycopg (once per process)."""
+    exporter); ``libraries`` also instruments Django, the HTTP clients (aiohttp for vendor
+    calls, httpx for the rest) and psycopg (once per process)."""
     global _tracer, _instrumented
     _tracer = provider.get_tracer("infrai")
     if libraries and not _instrumented:
         _instrumented = True
+        from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
         from opentelemetry.instrumentation.django import DjangoInstrumentor
         from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
         from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 
         DjangoInstrumentor().instrument(tracer_provider=provider)
         HTTPXClientInstrumentor().instrument(tracer_provider=provider)
+        AioHttpClientInstrumentor().instrument(tracer_provider=provider)
         PsycopgInstrumentor().instrument(tracer_provider=provider, enable_commenter=False)
 
 

@@ -17,7 +17,7 @@ from django.core.cache import cache
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from config.observability import metrics
+from config.observability import scrape
 
 
 async def healthz(request: HttpRequest) -> JsonResponse:
@@ -72,4 +72,4 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     given = request.headers.get("authorization", "")
     if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
         return HttpResponse(status=401, headers={"www-authenticate": "Bearer"})
-    return HttpResponse(metrics.exposition(), content_type="text/plain; version=0.0.4")
+    return HttpResponse(scrape.exposition(), content_type="text/plain; version=0.0.4")
