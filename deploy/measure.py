@@ -165,6 +165,8 @@ def per_call_counts(env: dict[str, str], key: str, calls: int) -> dict[str, floa
 
     counting(psycopg.Cursor, "execute", "statements")
     counting(psycopg.Cursor, "executemany", "statements")
+    counting(psycopg.AsyncCursor, "execute", "statements")
+    counting(psycopg.AsyncCursor, "executemany", "statements")
     counting(redis.Redis, "execute_command", "redis")
     counting(redis.client.Pipeline, "execute", "redis")
     counting(redis.asyncio.Redis, "execute_command", "redis")
@@ -226,47 +228,53 @@ def _prepare(env: dict[str, str], tmp: Path, upstream_port: int) -> str:
 
 
 def db_worker(slug: str, seconds: float) -> None:
-    """Repeat a call's database work for ``seconds``; print how many calls were done."""
+    """Repeat a call's database work for ``seconds`` (the request path's own functions, on an
+    event loop as the web process runs them); print how many calls were done."""
     import secrets
 
     import django
 
     django.setup()
     from accounts.models import Organization, Project
-    from billing.services import hold_open
+    from billing.services import ahold_open
     from inference.models import RequestLog, RequestStatus
-    from inference.pipeline import _record_and_settle_now
+    from inference.pipeline import _record_and_settle
 
     org = Organization.objects.get(slug=slug)
     project = Project.objects.filter(organization=org).first()
-    done, deadline = 0, time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        request_id = "req_" + secrets.token_hex(12)
-        hold_open(
-            organization_id=org.pk,
-            project_id=project.pk if project else None,
-            api_key_id=None,
-            request_id=request_id,
-            amount_nanos=50_000,
-        )
-        row = RequestLog(
-            request_id=request_id,
-            organization_id=org.pk,
-            project_id=project.pk if project else None,
-            endpoint="chat.completions",
-            requested_model="bench-model",
-            model="bench-model",
-            vendor="benchvendor",
-            status=RequestStatus.OK,
-            http_status=200,
-            input_tokens=9,
-            output_tokens=16,
-            cost_nanos=41,
-            latency_ms=5,
-        )
-        _record_and_settle_now(row, True, 41)
-        done += 1
-    print(done)
+    project_id = project.pk if project else None
+
+    async def run() -> int:
+        done, deadline = 0, time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            request_id = "req_" + secrets.token_hex(12)
+            await ahold_open(
+                organization_id=org.pk,
+                project_id=project_id,
+                api_key_id=None,
+                request_id=request_id,
+                amount_nanos=50_000,
+            )
+            row = RequestLog(
+                request_id=request_id,
+                organization_id=org.pk,
+                project_id=project_id,
+                endpoint="chat.completions",
+                requested_model="bench-model",
+                model="bench-model",
+                vendor="benchvendor",
+                status=RequestStatus.OK,
+                http_status=200,
+                input_tokens=9,
+                output_tokens=16,
+                cost_nanos=41,
+                latency_ms=5,
+            )
+            await _record_and_settle(row, True, 41)
+            done += 1
+        return done
+
+    print(asyncio.run(run()))
 
 
 def db_only(env: dict[str, str], dsn: str, dbname: str, clients: int, seconds: float) -> str:
