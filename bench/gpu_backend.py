@@ -38,10 +38,13 @@ from pathlib import Path
 
 import httpx
 
-from gpu_backend.config import default_threads
-from gpu_backend.locate import smollm2_gguf
-
 REPO = Path(__file__).resolve().parents[1]
+# Run as a script, this file's own name would shadow the gpu_backend package: the repo comes first.
+sys.path[0] = str(REPO)
+
+from gpu_backend.config import default_threads  # noqa: E402
+from gpu_backend.locate import smollm2_gguf  # noqa: E402
+
 CHAT_MODEL = "SmolLM2-135M-Instruct"
 EMBED_MODEL = "all-MiniLM-L6-v2"
 PROMPTS = [
@@ -225,13 +228,14 @@ def llama_cpp_levels(args: argparse.Namespace) -> list[LevelResult]:
 
 
 def print_tables(
+    chat: str,
     device: str,
     levels: list[LevelResult],
     embed: tuple[float, float, int],
     reference: list[LevelResult],
 ) -> None:
     """The Markdown tables docs/performance.md quotes (llama.cpp rows when measured)."""
-    print(f"\nChat ({CHAT_MODEL}, {device}), streaming, greedy:\n")
+    print(f"\nChat ({CHAT_MODEL}, {chat}), streaming, greedy:\n")
     print(
         "| engine | streams | TTFT median (s) | TTFT max (s) | aggregate tok/s "
         "| per-stream tok/s | tokens | max batch seen |"
@@ -273,12 +277,12 @@ def main() -> None:
     args = parser.parse_args()
     with server(args) as url:
         health = httpx.get(url + "/health").json()
-        chat = health["models"][CHAT_MODEL]["detail"]
-        device = f"{chat}, {health['threads']} thread(s)"
+        device = f"{health['device']}/{health['dtype']}, {health['threads']} thread(s)"
+        chat = f"{health['models'][CHAT_MODEL]['detail']}, {health['threads']} thread(s)"
         levels = [asyncio.run(chat_level(url, n, args.max_tokens)) for n in args.streams]
         embed = asyncio.run(embeddings_rates(url, args.embedding_requests))
     reference = llama_cpp_levels(args) if args.llama_cpp else []
-    print_tables(device, levels, embed, reference)
+    print_tables(chat, device, levels, embed, reference)
 
 
 if __name__ == "__main__":

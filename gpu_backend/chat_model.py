@@ -141,11 +141,12 @@ def prepare(root: Path) -> tuple[Path, bool]:
     return target, True
 
 
-def load_chat_model(cache_dir: Path, spec: DeviceSpec, cpu_weights: str = "int8") -> ChatModel:
+def load_chat_model(cache_dir: Path, spec: DeviceSpec, cpu_weights: str = "fp32") -> ChatModel:
     """Load SmolLM2 from a current converted copy (the cache dir's or the prebuilt one), converting
-    into ``cache_dir`` only when there is none. On the CPU, ``cpu_weights`` ``int8`` (default)
-    swaps every linear layer for :class:`~gpu_backend.quantize.Int8Linear` (a decode step about
-    twice as fast); ``fp32`` keeps the float weights. CUDA always computes in ``spec.dtype``."""
+    into ``cache_dir`` only when there is none. On the CPU, ``cpu_weights`` ``fp32`` (default)
+    keeps the float weights; ``int8`` swaps every linear layer for
+    :class:`~gpu_backend.quantize.Int8Linear` (faster decoding, see its module). CUDA always
+    computes in ``spec.dtype``."""
     gguf = smollm2_gguf()
     fingerprint = source_fingerprint(gguf)
     target = current_copy(cache_dir, fingerprint)

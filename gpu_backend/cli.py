@@ -90,9 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--cpu-weights",
         choices=CPU_WEIGHTS,
-        default=env(ENV_CPU_WEIGHTS, "int8"),
-        help="the chat model's linear layers on the CPU: int8 (about twice as fast a decode "
-        f"step) or fp32 (${ENV_CPU_WEIGHTS})",
+        default=env(ENV_CPU_WEIGHTS, "fp32"),
+        help="the chat model's linear layers on the CPU: fp32, or int8 (faster decoding; a "
+        f"batched sequence may then differ from its solo run in rare tokens) (${ENV_CPU_WEIGHTS})",
     )
     parser.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")

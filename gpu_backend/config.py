@@ -19,7 +19,7 @@ ENV_CACHE_DIR = "INFRAI_MODEL_CACHE_DIR"
 ENV_LOAD_WAIT = "INFRAI_GPU_BACKEND_LOAD_WAIT_S"
 ENV_TOKEN = "INFRAI_GPU_BACKEND_TOKEN"
 ENV_CPU_WEIGHTS = "INFRAI_GPU_BACKEND_CPU_WEIGHTS"
-CPU_WEIGHTS = ("int8", "fp32")
+CPU_WEIGHTS = ("fp32", "int8")
 DEFAULT_LOAD_WAIT_S = 60.0
 
 
@@ -69,6 +69,6 @@ class BackendConfig:
     tts_engine: str = "auto"
     log_level: str = "info"
     load_wait_s: float = DEFAULT_LOAD_WAIT_S  # how long a request waits for a loading model
-    cpu_weights: str = "int8"  # the chat model's linear layers on the CPU: int8 or fp32
+    cpu_weights: str = "fp32"  # the chat model's linear layers on the CPU: fp32 or int8
     # The bearer token every request but /health must carry ("" = none: loopback binds only).
     token: str = field(default="", repr=False)

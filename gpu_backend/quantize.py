@@ -4,8 +4,11 @@ memory bandwidth, and int8 weights read a quarter of the bytes of fp32 ones.
 Weights are quantised once at load, symmetric per output channel; activations are quantised per
 row (per token) on the fly, symmetric, and the product is an exact int8 × int8 → int32 matrix
 multiply (``torch._int_mm``) rescaled in float. Each row's result depends only on that row, and
-integer accumulation has no rounding order, so a sequence computes the same numbers batched or
-alone (the engine's "batched equals solo" property holds bit for bit). Quality: llama.cpp
+integer accumulation has no rounding order, so the layer computes the same bits for a row batched
+or alone. The model as a whole does not: attention over a left-padded batch differs from the solo
+run in the last float bits (as in fp32), and rounding activations to int8 can turn such a
+difference into a different token, so with int8 a batched greedy sequence may differ from its
+solo run in rare tokens (fp32, the default, keeps "batched equals solo"). Quality: llama.cpp
 quantises activations to 8 bits for its Q4 kernels too; on SmolLM2-135M the next-token
 log-likelihood of a test paragraph moves by under 1 % against fp32 (see docs/gpu_backend.md).
 """
@@ -36,11 +39,13 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x @ W.T + b`` for ``x`` of shape ``[..., in]`` (float), in float32."""
+        # Few, in-place steps: at one token per row this quantisation costs more than the product.
         rows = x.reshape(-1, self.in_features).float()
-        row_scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=_TINY) / _LEVELS
-        rows_q = torch.round(rows / row_scale).to(torch.int8)
+        row_scale = torch.linalg.vector_norm(rows, ord=float("inf"), dim=1, keepdim=True)
+        row_scale = row_scale.clamp_(min=_TINY).div_(_LEVELS)
+        rows_q = rows.div(row_scale).round_().to(torch.int8)
         product = torch._int_mm(rows_q, self.weight_q.t())
-        out = product * (row_scale * self.weight_scale)
+        out = (product * self.weight_scale).mul_(row_scale)
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
