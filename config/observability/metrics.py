@@ -1,7 +1,7 @@
 """Prometheus metrics: what every process counts, and what is read once per scrape.
 
 Counters and histograms live in this module and are moved by the request path's hooks
-(:mod:`config.observability.hooks`); each is a few dictionary look-ups and an addition, never a
+(:mod:`config.observability`); each is a few dictionary look-ups and an addition, never a
 database or Redis round trip. With ``PROMETHEUS_MULTIPROC_DIR`` set (the topology script and
 the systemd units set it; it must be set before the process starts) every process writes its
 values to files there and any process's ``/metrics`` reports the sum over all of them.
@@ -60,7 +60,7 @@ VENDOR_ERRORS = Counter(
 )
 FAILOVERS = Counter(
     "infrai_failovers",
-    "Moves to the next candidate after a vendor failed, by requested model's served model.",
+    "Moves to the next candidate after a vendor failed, by the model that served the call.",
     ["model"],
 )
 CACHE_HITS = Counter(
