@@ -23,12 +23,14 @@ test: install
 	bash scripts/install_test_tools.sh
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy accounts billing catalog config dashboard inference management vectors money money vectors gpu_backend
+	$(PY) -m mypy accounts billing catalog config dashboard inference management money vectors gpu_backend
 	bash scripts/test.sh
 
-## The gateway beside LiteLLM and direct, in one run (about 10 minutes; docs/performance.md).
+## The gateway beside LiteLLM and direct in one run, then idle streams' memory and daphne
+## against uvicorn (about 15 minutes in all; both write their tables into docs/performance.md).
 bench: install
 	$(PY) bench/compare.py --write-doc
+	$(PY) bench/servers.py --write-doc
 
 lint:
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

@@ -68,7 +68,7 @@ CATALOG = """
 vendors:
   - {{name: benchvendor, display_name: Bench, adapter_kind: openai, base_url: "{url}",
      credentials_env: "", region: local, enabled: true,
-     verified_models: [bench-up, bench-embed-up]}}
+     verified_models: [bench-up, bench-embed-up, bench-idle-up]}}
 models:
   - id: bench-model
     display_name: bench-model
@@ -82,6 +82,21 @@ models:
     offerings:
       - vendor: benchvendor
         upstream_model: bench-up
+        prices:
+          - {{effective_from: "2025-01-01T00:00:00Z", source: bench, input_per_mtok_usd: "1",
+             output_per_mtok_usd: "2"}}
+  - id: bench-idle
+    display_name: bench-idle
+    owned_by: bench
+    capabilities: [chat]
+    tasks: [chat]
+    context_window: 8192
+    max_output_tokens: 1024
+    quality_tier: 5
+    created: 2025-01-01
+    offerings:
+      - vendor: benchvendor
+        upstream_model: bench-idle-up
         prices:
           - {{effective_from: "2025-01-01T00:00:00Z", source: bench, input_per_mtok_usd: "1",
              output_per_mtok_usd: "2"}}
@@ -252,8 +267,10 @@ def manage(env: dict[str, str], *args: str) -> str:
 
 
 def start_infrai(
-    tmp: Path, upstream: str, database_url: str, redis_url: str
+    tmp: Path, upstream: str, database_url: str, redis_url: str, *, asgi: str = "uvicorn"
 ) -> tuple[subprocess.Popen[bytes], Target]:
+    """infrai on a fresh database and Redis db, served by ``asgi``: ``uvicorn`` (the
+    production entry, ``python -m config.server``) or ``daphne`` (Channels' server)."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.local",
@@ -283,11 +300,13 @@ def start_infrai(
         "ApiKey.objects.update(requests_per_minute=10**7, tokens_per_minute=2**31 - 1)",
     )
     port = free_port()
+    argv = {
+        "uvicorn": [str(PY), "-m", "config.server", "--host", "127.0.0.1", "--port", str(port)],
+        "daphne": [str(PY.parent / "daphne"), "-b", "127.0.0.1", "-p", str(port), "-v", "0",
+                   "config.asgi:application"],
+    }[asgi]  # fmt: skip
     proc = subprocess.Popen(
-        pinned(
-            GATEWAY_CPU,
-            [str(PY), "-m", "config.server", "--host", "127.0.0.1", "--port", str(port)],
-        ),
+        pinned(GATEWAY_CPU, argv),
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -297,8 +316,9 @@ def start_infrai(
     headers = {"authorization": f"Bearer {key}"}
     base = f"http://127.0.0.1:{port}/v1"
     wait_http(base + "/models", 60, proc, headers)
+    label = "infrai" if asgi == "uvicorn" else f"infrai ({asgi})"
     target = Target(
-        "infrai", base, headers, "bench-model", "bench-embed", lambda: tree(proc.pid),
+        label, base, headers, "bench-model", "bench-embed", lambda: tree(proc.pid),
         Postgres(database_url),
     )  # fmt: skip
     return proc, target
@@ -679,6 +699,22 @@ async def bench(targets: list[Target], args: argparse.Namespace) -> tuple[dict, 
     return results, [t.name for t in targets]
 
 
+def machine() -> str:
+    """Cores, CPU model, kernel and Python of this machine, for the report's header."""
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return (
+        f"{os.cpu_count()} × {cpu}, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
+
+
 def write_doc(text: str) -> None:
     doc = DOC.read_text()
     block = f"{DOC_START}\n{text}\n{DOC_END}"
@@ -768,14 +804,6 @@ def main() -> None:
     text, problems = table(results, rss, names)
     load = os.getloadavg()[0]
     stamp = datetime.datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M")
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
     litellm_version = ""
     if args.litellm:
         out = subprocess.run(
@@ -789,8 +817,7 @@ def main() -> None:
         )
         litellm_version = out.stdout.strip()
     header = (
-        f"Run {stamp} UTC on {os.cpu_count()} × {cpu}, {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}; load average {load:.2f} at the end; "
+        f"Run {stamp} UTC on {machine()}; load average {load:.2f} at the end; "
         f"median of {args.rounds} interleaved rounds, scale {args.scale}"
         + (f"; LiteLLM {litellm_version}" if litellm_version else "")
         + ". Server CPU for *direct* is the fake upstream's own."

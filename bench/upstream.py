@@ -6,7 +6,9 @@ Raw asyncio HTTP/1.1 with keep-alive (uvloop when installed), answers built once
   ``max_tokens`` content chunks (one token each), a finish chunk, a usage chunk when
   ``stream_options.include_usage`` is set, then ``[DONE]`` — each chunk its own write;
 - ``POST /v1/embeddings``: one vector of ``--dimensions`` floats per input (1,536 by default);
-- ``GET /v1/models``.
+- ``GET /v1/models``;
+- a stream for the model ``bench-idle-up`` sends its first chunk, then idles for two minutes
+  (memory per idle open stream).
 
 Only for loopback benchmarks: no TLS, no auth, bodies up to 1 MiB.
 
@@ -23,6 +25,9 @@ import random
 MAX_BODY = 1 << 20
 MAX_CHUNKS = 4096
 COMPLETION_TOKENS = 16
+# A stream of this model sends its first chunk, then nothing for IDLE_S seconds (idle streams).
+IDLE_MODEL = "bench-idle-up"
+IDLE_S = 120.0
 TOKEN_KINDS = 7
 
 
@@ -129,6 +134,9 @@ class Answers:
 async def _stream(writer: asyncio.StreamWriter, answers: Answers, request: dict) -> None:
     count = min(max(int(request.get("max_tokens") or COMPLETION_TOKENS), 1), MAX_CHUNKS)
     writer.write(answers.stream_head + answers.first_chunk)
+    if request.get("model") == IDLE_MODEL:  # an open stream that sends nothing more for a while
+        await writer.drain()
+        await asyncio.sleep(IDLE_S)
     for i in range(count):
         writer.write(answers.token_chunks[i % TOKEN_KINDS])
         if i % 16 == 15:

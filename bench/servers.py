@@ -1,0 +1,186 @@
+"""Two measurements beside ``bench/compare.py``: memory per idle open stream, and daphne
+against uvicorn serving the same app.
+
+- **Idle streams**: one infrai web process (uvicorn, pinned to one core) opens ``--streams``
+  concurrent streams to a vendor that sends a first chunk and then nothing
+  (``bench/upstream.py``'s ``bench-idle-up``); the process's RSS before and with every stream
+  open, divided by the streams, is the memory one idle stream costs (its hold, its vendor
+  connection, its client connection, its task).
+- **daphne vs uvicorn**: the same database, catalog and key served by each in turn; chat at
+  concurrency 1 and 16, interleaved, CPU per call and calls/s.
+
+    .venv/bin/python bench/servers.py                # ~3 minutes; prints both tables
+    .venv/bin/python bench/servers.py --write-doc    # … and replaces them in docs/performance.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from compare import (  # bench/ is not a package: found through sys.path above
+    DOC,
+    Result,
+    Target,
+    Workload,
+    machine,
+    rss_mb,
+    run_batch,
+    start_infrai,
+    start_upstream,
+    stop,
+)
+
+DOC_START = "<!-- bench/servers.py: start -->"
+DOC_END = "<!-- bench/servers.py: end -->"
+
+
+async def idle_streams(target: Target, count: int) -> tuple[float, float, int]:
+    """(RSS before in MB, RSS with ``count`` idle streams open in MB, streams that opened)."""
+    body = (
+        b'{"model":"bench-idle","stream":true,"max_tokens":4,'
+        b'"messages":[{"role":"user","content":"idle"}]}'
+    )
+    headers = {**target.headers, "content-type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=count + 8)
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=300)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        for _ in range(8):  # warm-up: the same path once, so lazy imports are not counted
+            async with session.post(target.base + "/models", headers=headers) as resp:
+                await resp.read()
+        await asyncio.sleep(1.0)
+        before = rss_mb(target.pids())
+        opened = 0
+        responses: list[aiohttp.ClientResponse] = []
+        gate = asyncio.Semaphore(64)  # open them at a bounded pace
+
+        async def open_one() -> None:
+            nonlocal opened
+            async with gate:
+                resp = await session.post(target.base + "/chat/completions", data=body,
+                                          headers=headers)  # fmt: skip
+                responses.append(resp)
+                if resp.status == 200 and b"data: {" in await resp.content.readuntil(b"\n\n"):
+                    opened += 1
+
+        await asyncio.gather(*(open_one() for _ in range(count)))
+        await asyncio.sleep(2.0)
+        during = rss_mb(target.pids())
+        for resp in responses:
+            resp.close()
+    return before, during, opened
+
+
+async def servers(targets: list[Target], scale: float, rounds: int) -> dict[str, list[Result]]:
+    works = [
+        Workload("chat c=1", "/chat/completions", False, 1, max(int(300 * scale), 20)),
+        Workload("chat c=16", "/chat/completions", False, 16, max(int(600 * scale), 40)),
+    ]
+    results: dict[str, list[Result]] = {}
+    connector = aiohttp.TCPConnector(limit=64, keepalive_timeout=2)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for t in targets:
+            for w in works:
+                await run_batch(session, t, w, calls=w.calls // 5, deadline_s=30, measure=False)
+        for rnd in range(rounds):
+            for w in works:
+                order = targets[rnd % len(targets) :] + targets[: rnd % len(targets)]
+                for t in order:
+                    r = await run_batch(session, t, w, calls=w.calls, deadline_s=40, measure=True)
+                    results.setdefault(f"{t.name}|{w.name}", []).append(r)
+                    print(f"round {rnd + 1} {w.name:<10} {t.name:<18} {r.rate:7.0f}/s "
+                          f"cpu {r.cpu_ms:6.2f} ms/call", file=sys.stderr, flush=True)  # fmt: skip
+    return results
+
+
+def _median(results: list[Result], attr: str) -> float:
+    values = sorted(getattr(r, attr) for r in results)
+    return values[len(values) // 2] if values else float("nan")
+
+
+def report(idle: tuple[float, float, int], count: int, results: dict[str, list[Result]]) -> str:
+    before, during, opened = idle
+    per_stream_kb = (during - before) * 1024 / max(opened, 1)
+    lines = [
+        f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {machine()}; "
+        f"load average {os.getloadavg()[0]:.2f} at the end.",
+        "",
+        "| idle open streams (one uvicorn process) | opened | RSS before | RSS with all open "
+        "| per stream |",
+        "|---|---:|---:|---:|---:|",
+        f"| {count} | {opened} | {before:.0f} MB | {during:.0f} MB | {per_stream_kb:.1f} KB |",
+        "",
+        "| server | chat c=1: calls/s · CPU per call | chat c=16: calls/s · CPU per call |",
+        "|---|---:|---:|",
+    ]
+    for name in ("infrai", "infrai (daphne)"):
+        cells = []
+        for work in ("chat c=1", "chat c=16"):
+            rs = results.get(f"{name}|{work}", [])
+            cells.append(f"{_median(rs, 'rate'):,.0f} · {_median(rs, 'cpu_ms'):.2f} ms")
+        label = "uvicorn (`python -m config.server`)" if name == "infrai" else "daphne"
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
+def write_doc(text: str) -> None:
+    doc = DOC.read_text()
+    block = f"{DOC_START}\n{text}\n{DOC_END}"
+    if DOC_START in doc:
+        doc = re.sub(re.escape(DOC_START) + ".*?" + re.escape(DOC_END), lambda _: block, doc,
+                     flags=re.S)  # fmt: skip
+    else:
+        doc += f"\n### Idle streams and the ASGI server (`bench/servers.py`)\n\n{block}\n"
+    DOC.write_text(doc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/infrai_bench")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/8")
+    parser.add_argument("--write-doc", action="store_true")
+    args = parser.parse_args()
+    procs = []
+    with tempfile.TemporaryDirectory(prefix="infrai-bench-") as name:
+        tmp = Path(name)
+        try:
+            upstream_proc, upstream = start_upstream(tmp)
+            procs.append(upstream_proc)
+            proc, uvicorn_target = start_infrai(tmp, upstream, args.database_url, args.redis_url)
+            procs.append(proc)
+            idle = asyncio.run(idle_streams(uvicorn_target, args.streams))
+            stop(proc)
+            procs.remove(proc)
+            time.sleep(1.0)
+            proc, uvicorn_target = start_infrai(tmp, upstream, args.database_url, args.redis_url)
+            procs.append(proc)
+            dproc, daphne_target = start_infrai(
+                tmp, upstream, args.database_url, args.redis_url, asgi="daphne"
+            )
+            procs.append(dproc)
+            results = asyncio.run(servers([uvicorn_target, daphne_target], args.scale, args.rounds))
+        finally:
+            for p in reversed(procs):
+                stop(p)
+    text = report(idle, args.streams, results)
+    print(text)
+    if args.write_doc:
+        write_doc(text)
+
+
+if __name__ == "__main__":
+    main()
