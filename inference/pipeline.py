@@ -170,6 +170,8 @@ class Call:
         self.task = asyncio.current_task()
         _inflight.add(self)
         _ensure_renewer()
+        # Open wallet pages show the money held by running calls (no round trip unwatched).
+        spawn(live.asend(self.key.organization_id, {"kind": "wallet_changed"}))
 
     async def _release_when_open(self, opening: asyncio.Future[None]) -> None:
         """The request was cancelled while its hold was opening: release it once open."""

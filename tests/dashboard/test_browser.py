@@ -751,13 +751,6 @@ def test_main_pages_fit_the_window_on_a_phone_and_a_desktop(
         ctx.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="nothing announces a hold when it opens (billing.services.holds.hold_open or the "
-    "pipeline would call config.live; the consumer and page already turn a wallet_changed "
-    "into a re-rendered wallet): held moves when a call settles, not when it starts",
-)
 def test_the_wallet_shows_a_running_call_s_hold_while_it_runs(
     page: Page, context: BrowserContext, live_url: str, demo_catalog: None, fake_vendor: FakeVendor
 ) -> None:
