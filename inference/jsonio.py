@@ -4,7 +4,7 @@ library as the fallback for what orjson refuses, so the behaviour stays the stan
 
 - :func:`dumps` of a string holding a lone surrogate (a vendor may send one), a ``Decimal``
   or a non-string key falls back to ``json.dumps`` (``ensure_ascii=False``) and encodes the
-  surrogate as U+FFFD, never failing the response;
+  surrogate as "?", never failing the response;
 - :func:`loads` of text orjson rejects but Python accepts (``NaN``, a lone ``\\ud800`` escape,
   integers beyond 64 bits) falls back to ``json.loads``; what neither accepts raises
   ``ValueError``.
