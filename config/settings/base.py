@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
-import os
-from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 
@@ -202,10 +200,6 @@ INFRAI_CIRCUIT_COOLDOWN_S = env.int("INFRAI_CIRCUIT_COOLDOWN_S", default=30)
 INFRAI_HEALTH_MEMO_S = env.float("INFRAI_HEALTH_MEMO_S", default=0.5)
 # Lifetime of the image URLs infrai serves for vendors that only return base64.
 INFRAI_IMAGE_URL_TTL_S = env.int("INFRAI_IMAGE_URL_TTL_S", default=3600)
-# Where vendor API keys are read: each vendor row names the environment variable that holds its
-# key (Vendor.credentials_env, e.g. OPENAI_API_KEY), so the names are catalog data, not settings.
-# "SECRETS" in the setting's name makes Django's error pages mask it.
-INFRAI_VENDOR_SECRETS: Mapping[str, str] = os.environ
 # Where vendor API keys are read: each vendor row names the environment variable that holds its
 # key (Vendor.credentials_env, e.g. OPENAI_API_KEY), so the names are catalog data, not settings.
 # "SECRETS" in the setting's name makes Django's error pages mask it.
