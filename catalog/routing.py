@@ -37,7 +37,7 @@ Model ids and routing modes are matched case-insensitively (``Auto``, ``gpt-4O-m
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -567,6 +567,27 @@ def _unavailable(head: str, unusable: list[tuple[str, _Unusable]]) -> NoRoutable
     )
 
 
+def _usable(
+    model: ModelView,
+    offerings: Iterable[OfferingView],
+    *,
+    health: Mapping[str, VendorHealth],
+    now: datetime,
+    usage: Usage,
+) -> tuple[list[_Eligible], list[tuple[str, _Unusable]]]:
+    """``model``'s ``offerings`` split into those usable now and, labelled ``vendor/model``,
+    the others with why (in the given order)."""
+    eligible: list[_Eligible] = []
+    unusable: list[tuple[str, _Unusable]] = []
+    for offering in offerings:
+        found = _availability(offering, health, now, usage)
+        if isinstance(found, _Unusable):
+            unusable.append((f"{offering.vendor}/{model.model_id}", found))
+        else:
+            eligible.append(_Eligible(model, offering, *found))
+    return eligible, unusable
+
+
 def _route_pinned(
     *,
     snapshot: CatalogSnapshot,
@@ -590,17 +611,8 @@ def _route_pinned(
             code="model_not_found",
             param="model",
         )
-    eligible: list[_Eligible] = []
-    excluded: list[Exclusion] = []
-    unusable: list[tuple[str, _Unusable]] = []
-    for offering in offerings:
-        label = f"{offering.vendor}/{model.model_id}"
-        found = _availability(offering, health, now, usage)
-        if isinstance(found, _Unusable):
-            excluded.append(Exclusion(label, found.reason))
-            unusable.append((label, found))
-        else:
-            eligible.append(_Eligible(model, offering, *found))
+    eligible, unusable = _usable(model, offerings, health=health, now=now, usage=usage)
+    excluded = [Exclusion(label, why.reason) for label, why in unusable]
     if not eligible:
         raise _unavailable(f"The model '{model.model_id}' cannot be served right now", unusable)
     eligible.sort(
@@ -678,14 +690,12 @@ def _route_mode(
     eligible: list[_Eligible] = []
     unusable_now: list[tuple[str, _Unusable]] = []
     for model in fitting:
-        for offering in snapshot.offerings_of(model.model_id):
-            label = f"{offering.vendor}/{model.model_id}"
-            found = _availability(offering, health, now, usage)
-            if isinstance(found, _Unusable):
-                excluded.append(Exclusion(label, found.reason))
-                unusable_now.append((label, found))
-            else:
-                eligible.append(_Eligible(model, offering, *found))
+        usable, unusable = _usable(
+            model, snapshot.offerings_of(model.model_id), health=health, now=now, usage=usage
+        )
+        eligible += usable
+        unusable_now += unusable
+        excluded += [Exclusion(label, why.reason) for label, why in unusable]
     if not eligible:
         raise _unavailable(
             "No model can serve this request right now",
