@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from aiohttp.http_exceptions import LineTooLong
 
 from inference import jsonio
 from inference.vendors import errors
@@ -137,21 +136,32 @@ class VendorStream:
         return VendorResponse(self.status, self.reason, self.headers, body)
 
     async def lines(self) -> AsyncIterator[str]:
-        """The body's lines without their line endings, decoded as UTF-8 (invalid bytes
-        replaced), as the vendor sends them."""
-        content = self._response.content
+        """The body's lines without their line endings (``\n``, ``\r\n`` or ``\r``),
+        decoded as UTF-8 (invalid bytes replaced), as the vendor sends them.
+
+        Reads whatever arrived and splits it: one await per network read, not per line (a
+        stream chunk is two lines). A line longer than 4 MiB is a protocol error.
+        """
+        pending = b""
         with errors.translate(self._vendor):
-            while True:
-                try:
-                    line = await content.readline(max_line_length=_MAX_LINE_BYTES)
-                except LineTooLong:
+            async for data in self._response.content.iter_any():
+                pending += data
+                held = b""
+                if b"\r" in pending:
+                    if pending.endswith(b"\r"):  # maybe the first half of a \r\n
+                        pending, held = pending[:-1], b"\r"
+                    pending = pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+                *complete, pending = pending.split(b"\n")
+                pending += held
+                for line in complete:
+                    yield line.decode("utf-8", "replace")
+                if len(pending) > _MAX_LINE_BYTES:
                     raise errors.VendorProtocolError(
                         f"{self._vendor} sent a stream line over {_MAX_LINE_BYTES} bytes",
                         vendor=self._vendor,
-                    ) from None
-                if not line:
-                    return
-                yield line.rstrip(b"\r\n").decode("utf-8", "replace")
+                    )
+        if pending:
+            yield pending.decode("utf-8", "replace")
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body's bytes in the pieces they arrive in."""

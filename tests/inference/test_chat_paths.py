@@ -177,7 +177,15 @@ def test_empty_wallet_is_402_and_never_retried(issue_key, client_for, fake_catal
     assert info.value.status_code == 402
     assert info.value.body["code"] == "insufficient_quota"
     assert info.value.response.headers["x-should-retry"] == "false"
-    assert RequestLog.objects.count() == 0 and fake_catalog["primary"].requests == []
+    assert fake_catalog["primary"].requests == []
+    # One attempt (never retried), in the request log with its status once written (off the
+    # response path, so wait for it).
+    deadline = time.monotonic() + 10
+    while not RequestLog.objects.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(RequestLog.objects.values_list("http_status", "error_code")) == [
+        (402, "insufficient_quota")
+    ]
 
 
 def test_tools_plain_and_streamed(issue_key, client_for):

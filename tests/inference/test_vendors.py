@@ -205,3 +205,28 @@ def test_anthropic_response_and_stream_mapping():
     assert chunks[1]["choices"][0]["delta"] == {"content": "Hel"}
     assert chunks[2]["choices"][0]["finish_reason"] == "length"
     assert chunks[3]["usage"]["prompt_tokens"] == 4 and chunks[3]["usage"]["completion_tokens"] == 1
+
+
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n", b"\r"])
+def test_stream_lines_split_across_reads_in_any_line_ending(ending):
+    """SSE lines may end in \\n, \\r\\n or \\r and arrive cut anywhere, a \\r\\n included."""
+    events = [
+        b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}',
+        b'data: {"choices":[{"index":0,"delta":{"content":"b"},"finish_reason":"stop"}]}',
+        b"data: [DONE]",
+    ]
+    wire = b"".join(e + ending + ending for e in events)
+
+    async def dribble(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        for i in range(0, len(wire), 3):  # three bytes per write: every cut happens
+            await response.write(wire[i : i + 3])
+            await asyncio.sleep(0)
+        return response
+
+    async def collect(target):
+        return [c async for c in OpenAICompatibleAdapter().stream_chat(target, {"messages": []})]
+
+    chunks = asyncio.run(_against(dribble, collect))
+    assert [c["choices"][0]["delta"]["content"] for c in chunks] == ["a", "b"]
