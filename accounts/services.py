@@ -46,7 +46,7 @@ def organization_create(*, name: str, owner: User | None = None, slug: str = "")
 def _organization_opened_hook(*, organization: Organization, owner: User | None) -> None:
     """Run ``settings.INFRAI_ORGANIZATION_OPENED_HOOK`` (billing opens the wallet and grants the
     starter credit) in the creating transaction; a setting so ``accounts`` imports no other app."""
-    dotted = getattr(settings, "INFRAI_ORGANIZATION_OPENED_HOOK", "")
+    dotted = settings.INFRAI_ORGANIZATION_OPENED_HOOK
     if dotted:
         import_string(dotted)(organization=organization, owner=owner)
 

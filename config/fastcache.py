@@ -22,7 +22,7 @@ from django.conf import settings
 
 
 def _prefix() -> str:
-    return getattr(settings, "INFRAI_CACHE_PREFIX", "infrai") + ":fc:"
+    return settings.INFRAI_CACHE_PREFIX + ":fc:"
 
 
 class _Memory:
@@ -83,7 +83,7 @@ _sync_client: redis.Redis | None = None
 
 
 def _redis_url() -> str:
-    return str(getattr(settings, "REDIS_URL", "") or "")
+    return str(settings.REDIS_URL or "")
 
 
 # Connections one process keeps to Redis, and how long a call waits for a free one when a

@@ -18,8 +18,6 @@ from config.errors import InvalidRequest, invalid_type, missing_param
 from inference import tokens
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
-# One set of ``prefer`` values for every endpoint (chat, Responses, embeddings …).
-ROUTING_PREFERENCES = PREFERENCES
 # The largest integer OpenAI accepts for a count such as max_tokens (int32); a bigger value is a
 # 400 naming the field, never a rate-limit or a server error further down.
 MAX_INT32 = 2**31 - 1
@@ -447,7 +445,7 @@ def _check_misc(data: dict[str, Any]) -> None:
     for name in ("task", "prefer"):
         if data.get(name) is not None and not isinstance(data[name], str):
             raise invalid_type(name, "a string")
-    if data.get("prefer") is not None and data["prefer"] not in ROUTING_PREFERENCES:
+    if data.get("prefer") is not None and data["prefer"] not in PREFERENCES:
         raise prefer_refusal(data["prefer"])
     if data.get("cache") is not None and not isinstance(data["cache"], bool):
         raise invalid_type("cache", "a boolean")
@@ -701,7 +699,9 @@ def _parse(data: dict[str, Any], *, legacy: bool) -> ChatRequest:
         prefer=data.get("prefer"),
         cache_allowed=data.get("cache", True) is not False,
         prompt_tokens_upper=upper,
-        prompt_tokens_likely=(prompt_bytes + tools_bytes) // 4 + 4 * message_count + 765 * images,
+        prompt_tokens_likely=(
+            (prompt_bytes + tools_bytes) // 4 + 4 * message_count + tokens.IMAGE_TOKENS * images
+        ),
         prompt_tokens=counted,
         max_output_param=(
             "max_completion_tokens" if data.get("max_completion_tokens") else "max_tokens"

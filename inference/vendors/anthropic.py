@@ -319,9 +319,7 @@ class AnthropicAdapter:
                 try:
                     parsed = json.loads(data)
                 except ValueError:
-                    raise errors.VendorProtocolError(
-                        f"{target.vendor} sent a malformed stream event", vendor=target.vendor
-                    ) from None
+                    raise errors.malformed_event(target.vendor) from None
                 for chunk in translator.feed(event, parsed):
                     yield chunk
                 if parsed.get("type") == "message_stop":

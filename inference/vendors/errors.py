@@ -158,6 +158,11 @@ def from_status(
     return VendorRejected(message, status=status, vendor=vendor, code=code, param=param)
 
 
+def malformed_event(vendor: str) -> VendorProtocolError:
+    """A stream event whose data is not JSON."""
+    return VendorProtocolError(f"{vendor} sent a malformed stream event", vendor=vendor)
+
+
 @contextmanager
 def translate(vendor: str) -> Iterator[None]:
     """Turn the HTTP clients' exceptions raised inside the block into :class:`VendorError`

@@ -93,9 +93,7 @@ class OpenAICompatibleAdapter:
                 try:
                     chunk = jsonio.loads(data)
                 except ValueError:
-                    raise errors.VendorProtocolError(
-                        f"{target.vendor} sent a malformed stream event", vendor=target.vendor
-                    ) from None
+                    raise errors.malformed_event(target.vendor) from None
                 if isinstance(chunk, dict) and "error" in chunk:
                     message = str(chunk["error"].get("message", "stream error"))[:500]
                     raise errors.VendorServerError(
@@ -167,9 +165,3 @@ class OpenAICompatibleAdapter:
         if response.content_type.startswith("application/json"):
             return _json(target, response)  # type: ignore[no-any-return]
         return response.text
-
-    async def list_models(self, target: VendorTarget) -> list[str]:
-        response = await http.request(target, "GET", "models", auth=_auth(target))
-        _raise_for_status(target, response)
-        body = _json(target, response)
-        return [m["id"] for m in body.get("data", []) if isinstance(m, dict) and "id" in m]
