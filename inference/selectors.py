@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Literal
 
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncDate
 
 from accounts.models import ApiKey, Project
@@ -183,7 +183,9 @@ def request_log(
     limit: int = 50,
 ) -> list[RequestLog]:
     """Newest calls first, ``limit`` at a time; pass the last row's id as ``before_id`` for
-    the next page (keyset pagination: no ``COUNT(*)`` or ``OFFSET`` over a year of rows)."""
+    the next page (keyset pagination on ``(created_at, id)``, the order of the page: no
+    ``COUNT(*)`` or ``OFFSET`` over a year of rows, and no row skipped or repeated when ids
+    and times disagree — a row is logged when its call ends, not when it starts)."""
     qs = _logs(organization_id=organization_id, start=start, end=end)
     if filters.status == FAILED:
         qs = qs.exclude(status=RequestStatus.OK)
@@ -196,7 +198,14 @@ def request_log(
     if filters.api_key_id is not None:
         qs = qs.filter(api_key_id=filters.api_key_id)
     if before_id is not None:
-        qs = qs.filter(id__lt=before_id)
+        cursor = (
+            RequestLog.objects.filter(organization_id=organization_id, id=before_id)
+            .values_list("created_at", flat=True)
+            .first()
+        )
+        if cursor is None:
+            return []
+        qs = qs.filter(Q(created_at__lt=cursor) | Q(created_at=cursor, id__lt=before_id))
     return list(qs.order_by("-created_at", "-id")[:limit])
 
 
