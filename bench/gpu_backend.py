@@ -100,6 +100,8 @@ def server(args: argparse.Namespace) -> Iterator[str]:
         command += ["--cache-dir", args.cache_dir]
     if args.cpu_weights:
         command += ["--cpu-weights", args.cpu_weights]
+    if args.cpu_engine:
+        command += ["--cpu-engine", args.cpu_engine]
     log = Path(tempfile.mkstemp(prefix="gpu-backend-bench-", suffix=".log")[1])
     with log.open("wb") as sink:
         process = subprocess.Popen(command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
@@ -273,6 +275,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--cpu-weights", choices=("int8", "fp32"), default=None, help="the server's --cpu-weights"
+    )
+    parser.add_argument(
+        "--cpu-engine",
+        choices=("transformers", "llama-cpp"),
+        default=None,
+        help="the server's --cpu-engine",
     )
     args = parser.parse_args()
     with server(args) as url:

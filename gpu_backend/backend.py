@@ -26,12 +26,13 @@ from . import (
     SPEECH_MODEL_ID,
     TRANSCRIPTION_MODEL_ID,
 )
-from .chat_model import load_chat_model, needs_conversion, prebuilt_dir
+from .chat_model import load_chat_model, load_chat_tokenizer, needs_conversion, prebuilt_dir
 from .config import BackendConfig
 from .device import DeviceSpec, select_device
 from .embeddings import EmbeddingBatcher, load_encoder
 from .engine import GenerationEngine
 from .errors import APIError, still_loading, unavailable, unknown_model
+from .locate import smollm2_gguf
 from .moderation import ModerationClassifier
 from .speech import Synthesizer, load_synthesizer
 from .transcription import Transcriber
@@ -225,6 +226,8 @@ class Backend:
     # --- loaders: each returns (service, one-line detail) --------------------------------------
 
     def _load_chat(self) -> tuple[GenerationEngine, str]:
+        if not self.spec.is_cuda and self.config.cpu_engine == "llama-cpp":
+            return self._load_chat_llama_cpp()
         chat = load_chat_model(self.config.cache_dir, self.spec, self.config.cpu_weights)
         engine = GenerationEngine(chat, max_batch=self.config.max_batch)
         engine.start()
@@ -235,6 +238,17 @@ class Backend:
             f"{self.spec.device.type}/{self.spec.dtype_name}, {weights} weights, "
             f"context {chat.context_length}",
         )
+
+    def _load_chat_llama_cpp(self) -> tuple[GenerationEngine, str]:
+        from .llama_cpp_engine import LlamaCppEngine
+
+        chat = load_chat_tokenizer(self.config.cache_dir, self.spec)
+        engine = LlamaCppEngine(
+            chat, smollm2_gguf(), self.config.threads, max_batch=self.config.max_batch
+        )
+        engine.start()
+        self.engine = engine
+        return engine, f"cpu/llama.cpp, {smollm2_gguf().name}, context {chat.context_length}"
 
     def _shared_batcher(self) -> EmbeddingBatcher:
         with self._batcher_lock:

@@ -265,7 +265,7 @@ def parse_chat_request(body: dict[str, Any], model_id: str, chat: ChatModel) -> 
         repetition_penalty=_present(number(body, "repetition_penalty", 1.0, 2.0, default=1.0)),
         seed=seed,
         stop=parse_stop(body.get("stop")),
-        logit_bias=parse_logit_bias(body.get("logit_bias"), int(chat.model.config.vocab_size)),
+        logit_bias=parse_logit_bias(body.get("logit_bias"), chat.vocab_size),
         top_logprobs=(top_logprobs or 0) if logprobs else None,
     )
     choices = [

@@ -38,6 +38,13 @@ class ChatModel:
     context_length: int
     spec: DeviceSpec
 
+    @property
+    def vocab_size(self) -> int:
+        """Token ids run from 0 to ``vocab_size - 1`` (the model's, else the tokenizer's count)."""
+        if self.model is not None:
+            return int(self.model.config.vocab_size)
+        return len(self.tokenizer)
+
 
 def source_fingerprint(gguf: Path) -> dict[str, object]:
     """What identifies the GGUF a cached copy was converted from (name, size, mtime)."""
@@ -89,6 +96,12 @@ def eos_ids(model: Any, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
             found.add(source)
         elif isinstance(source, list):
             found.update(source)
+    return frozenset(found) | tokenizer_eos_ids(tokenizer)
+
+
+def tokenizer_eos_ids(tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    """The tokenizer's eos id, ``<|endoftext|>`` and ``<|im_end|>`` (those it knows)."""
+    found: set[int] = set()
     if tokenizer.eos_token_id is not None:
         found.add(int(tokenizer.eos_token_id))
     for token in ("<|endoftext|>", "<|im_end|>"):
@@ -96,6 +109,26 @@ def eos_ids(model: Any, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
         if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
             found.add(token_id)
     return frozenset(found)
+
+
+def load_chat_tokenizer(cache_dir: Path, spec: DeviceSpec) -> ChatModel:
+    """SmolLM2's tokenizer, end-of-turn ids and context length without the torch model (for the
+    llama.cpp engine): from the converted copy when there is one, else from the GGUF."""
+    gguf = smollm2_gguf()
+    target = current_copy(cache_dir, source_fingerprint(gguf))
+    if target is not None:
+        tokenizer = AutoTokenizer.from_pretrained(target)
+        context = int(json.loads((target / "config.json").read_text())["max_position_embeddings"])
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        context = 8192
+    return ChatModel(
+        model=None,
+        tokenizer=tokenizer,
+        eos_token_ids=tokenizer_eos_ids(tokenizer),
+        context_length=context,
+        spec=spec,
+    )
 
 
 def prebuilt_dir() -> Path:

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .config import (
+    CPU_ENGINES,
     CPU_WEIGHTS,
     DEFAULT_LOAD_WAIT_S,
+    ENV_CPU_ENGINE,
     ENV_CPU_WEIGHTS,
     ENV_DEVICE,
     ENV_HOST,
@@ -95,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"batched sequence may then differ from its solo run in rare tokens) (${ENV_CPU_WEIGHTS})",
     )
     parser.add_argument(
+        "--cpu-engine",
+        choices=CPU_ENGINES,
+        default=env(ENV_CPU_ENGINE, "transformers"),
+        help="the chat engine on the CPU: transformers, or llama-cpp (the Q4_1 GGUF through "
+        f"llama-cpp-python, the optional llama-cpp extra) (${ENV_CPU_ENGINE})",
+    )
+    parser.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
     )
     return parser
@@ -137,6 +146,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> BackendConfig:
         log_level=args.log_level,
         load_wait_s=max(0.0, args.load_wait),
         cpu_weights=args.cpu_weights,
+        cpu_engine=args.cpu_engine,
     )
 
 

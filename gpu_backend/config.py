@@ -20,6 +20,8 @@ ENV_LOAD_WAIT = "INFRAI_GPU_BACKEND_LOAD_WAIT_S"
 ENV_TOKEN = "INFRAI_GPU_BACKEND_TOKEN"
 ENV_CPU_WEIGHTS = "INFRAI_GPU_BACKEND_CPU_WEIGHTS"
 CPU_WEIGHTS = ("fp32", "int8")
+ENV_CPU_ENGINE = "INFRAI_GPU_BACKEND_CPU_ENGINE"
+CPU_ENGINES = ("transformers", "llama-cpp")
 DEFAULT_LOAD_WAIT_S = 60.0
 
 
@@ -70,5 +72,6 @@ class BackendConfig:
     log_level: str = "info"
     load_wait_s: float = DEFAULT_LOAD_WAIT_S  # how long a request waits for a loading model
     cpu_weights: str = "fp32"  # the chat model's linear layers on the CPU: fp32 or int8
+    cpu_engine: str = "transformers"  # the chat engine on the CPU: transformers or llama-cpp
     # The bearer token every request but /health must carry ("" = none: loopback binds only).
     token: str = field(default="", repr=False)
