@@ -1,6 +1,6 @@
 """The chat engine on llama.cpp (``--cpu-engine llama-cpp``): the same continuous batching, the
 same sequences, sampling and events as :class:`~gpu_backend.engine.GenerationEngine`, with
-llama.cpp's forward pass on the Q4_1 GGUF itself (about four times transformers' single-stream
+llama.cpp's forward pass on the Q4_1 GGUF itself (about six times transformers' fp32 single-stream
 decode rate on a CPU, docs/performance.md).
 
 Optional: ``llama-cpp-python`` is the ``llama-cpp`` extra (a source build of minutes, never in the
