@@ -19,7 +19,7 @@ from django.utils import timezone
 from accounts import keys
 from accounts.models import ApiKey
 from accounts.services import KEY_CACHE_PREFIX
-from config import fastcache
+from config import fastcache, observability
 from config.db import db_async
 from config.errors import AuthenticationFailed
 
@@ -95,6 +95,7 @@ def bearer_token(authorization: str | None) -> str:
     return token
 
 
+@observability.traced("infrai.auth")
 async def authenticate(authorization: str | None) -> KeyContext:
     """Resolve the caller of a request or raise :class:`AuthenticationFailed`.
 
