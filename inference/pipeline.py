@@ -36,7 +36,7 @@ from catalog import health
 from catalog.routing import Candidate, RoutingDecision, RoutingRequest
 from catalog.selectors import credentials_value, routing_decide
 from catalog.types import CircuitState
-from config import adb, live
+from config import adb, live, observability
 from config.db import db_async
 from config.errors import (
     ApiError,
@@ -128,11 +128,13 @@ class Call:
         state = await limits.admit(self.key, tokens=tokens)
         self.limit_headers = state.headers()
 
+    @observability.traced("infrai.route")
     async def route(self, routing: RoutingRequest) -> RoutingDecision:
         """The routing decision (404/400/503 raise)."""
         self.decision = await routing_decide(request=routing)
         return self.decision
 
+    @observability.traced("infrai.hold")
     async def hold(self, *, worst_case: Callable[[Candidate], Usage]) -> None:
         """Reserve the worst case over every candidate (failover may pick any of them).
 
@@ -184,6 +186,7 @@ class Call:
         await self.finish(status=RequestStatus.CANCELLED, http_status=499)
 
     # --- call with failover ---------------------------------------------------------------
+    @observability.vendor_call
     async def call(self, fn: Callable[[Adapter, VendorTarget, Candidate], Awaitable[T]]) -> T:
         """Try the candidates in order until one answers.
 
@@ -217,6 +220,7 @@ class Call:
                 if not isinstance(exc, VendorLoading):  # a loading model is not a broken vendor
                     spawn(health.arecord_failure(candidate.vendor))
                 log.info("failover from %s: %s", candidate.label, exc.kind)
+                observability.vendor_failed(candidate.vendor, exc.kind)
                 continue
             self.served_by = candidate
             spawn(
@@ -362,6 +366,7 @@ class Call:
         code = error_code or (self.note if status is RequestStatus.OK else "")
         row = self._log_row(status=status, http_status=http_status, error_code=code)
         row.error_message = error_message[:500]
+        observability.call_finished(row, self.request)
         job = asyncio.ensure_future(_record_and_settle(row, self.held, self.cost_nanos))
         _keep(job)
         job.add_done_callback(lambda _job: _inflight.discard(self))
@@ -673,6 +678,7 @@ async def _record_and_settle_on_loop(row: RequestLog, held: bool, cost: int) -> 
     return True
 
 
+@observability.traced("infrai.settle")
 async def _record_and_settle(row: RequestLog, held: bool, cost: int) -> None:
     try:
         if adb.enabled() and await _record_and_settle_on_loop(row, held, cost):
@@ -701,6 +707,7 @@ def _log_unheld_failure(request: ApiRequest, exc: ApiError) -> None:
         error_message=exc.message[:500],
         latency_ms=(time.perf_counter_ns() - request.started_ns) // 1_000_000,
     )
+    observability.call_finished(row, request)
     spawn(_record_and_settle(row, False, 0))
     spawn(_push_live(row))
 

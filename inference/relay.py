@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
+from config import observability
 from inference.models import RequestStatus
 from inference.pipeline import Call
 from inference.vendors.errors import VendorError
@@ -169,6 +170,7 @@ async def _settle(
     close_upstream: Callable[[], Awaitable[None]],
 ) -> None:
     usage, estimated, note = meter.usage(outcome)
+    observability.stream_ended(call.request, meter)
     call.charge(usage, estimated=estimated)
     if outcome is Outcome.CANCELLED and fault is None:
         status, code = RequestStatus.CANCELLED, "client_disconnected"
