@@ -54,7 +54,7 @@ async def idle_streams(target: Target, count: int) -> tuple[float, float, int]:
     )
     headers = {**target.headers, "content-type": "application/json"}
     connector = aiohttp.TCPConnector(limit=count + 8)
-    timeout = aiohttp.ClientTimeout(total=None, sock_read=300)
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=30)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         for _ in range(8):  # warm-up: the same path once, so lazy imports are not counted
             async with session.post(target.base + "/models", headers=headers) as resp:

@@ -158,6 +158,32 @@ class _OpenParams:
     now: dt.datetime
     expires: dt.datetime
 
+    @classmethod
+    def at(
+        cls,
+        now: dt.datetime,
+        *,
+        org: int,
+        project: int | None,
+        key: int | None,
+        rid: str,
+        amount: int,
+        budget: int | None,
+        ttl_s: int,
+    ) -> _OpenParams:
+        """The parameters of a hold opened at ``now`` that expires ``ttl_s`` later."""
+        return cls(
+            org=org,
+            project=project,
+            key=key,
+            rid=rid,
+            amount=amount,
+            budget=budget,
+            month=month_start(now),
+            now=now,
+            expires=now + dt.timedelta(seconds=ttl_s),
+        )
+
 
 def _open_one_statement(p: _OpenParams) -> bool:
     """PostgreSQL: wallet reservation, budget check and hold row in one statement.
@@ -324,17 +350,15 @@ def hold_open(
     """
     if amount_nanos < 0:
         raise ValueError("amount_nanos must be >= 0")
-    now = timezone.now()
-    params = _OpenParams(
+    params = _OpenParams.at(
+        timezone.now(),
         org=organization_id,
         project=project_id,
         key=api_key_id,
         rid=request_id,
         amount=amount_nanos,
         budget=budget_nanos,
-        month=month_start(now),
-        now=now,
-        expires=now + dt.timedelta(seconds=ttl_s),
+        ttl_s=ttl_s,
     )
     one = _use_one_statement()
     try:
@@ -728,17 +752,15 @@ async def ahold_open(
             ttl_s=ttl_s,
         )
         return
-    now = timezone.now()
-    params = _OpenParams(
+    params = _OpenParams.at(
+        timezone.now(),
         org=organization_id,
         project=project_id,
         key=api_key_id,
         rid=request_id,
         amount=amount_nanos,
         budget=budget_nanos,
-        month=month_start(now),
-        now=now,
-        expires=now + dt.timedelta(seconds=ttl_s),
+        ttl_s=ttl_s,
     )
     values = {name: getattr(params, name) for name in _OpenParams.__slots__}
     try:

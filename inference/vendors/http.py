@@ -43,7 +43,10 @@ def session() -> aiohttp.ClientSession:
     current = _sessions.get(loop)
     if current is None or current.closed:
         current = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=200, keepalive_timeout=30),
+            # No cap on connections: a cap would make every stream beyond it wait, silently,
+            # for one of the open streams to end. What a process serves is bounded upstream
+            # (its clients' connections, the wallet's holds, the key's rate limits).
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
             headers={"user-agent": _USER_AGENT},
             # The Content-Type a vendor declares is trusted as is; no cookies between calls.
             cookie_jar=aiohttp.DummyCookieJar(),

@@ -230,3 +230,19 @@ def test_stream_lines_split_across_reads_in_any_line_ending(ending):
 
     chunks = asyncio.run(_against(dribble, collect))
     assert [c["choices"][0]["delta"]["content"] for c in chunks] == ["a", "b"]
+
+
+def test_the_vendor_session_caps_no_connections():
+    """Each open stream holds a vendor connection for as long as it runs: a cap on the pool
+    would make every stream beyond it wait, without a word, for another to end."""
+
+    async def connector_limits():
+        from inference.vendors import http
+
+        try:
+            connector = http.session().connector
+            return connector.limit, connector.limit_per_host
+        finally:
+            await http.close()
+
+    assert asyncio.run(connector_limits()) == (0, 0)
