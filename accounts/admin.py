@@ -47,9 +47,10 @@ class OrganizationAdmin(admin.ModelAdmin):
         """Links to the organization's wallet, ledger, keys and members (staff support)."""
         if obj.pk is None:
             return "-"
-        from billing.models import Wallet  # billing's admin pages are what we link to
-
-        wallet_id = Wallet.objects.filter(organization=obj).values_list("pk", flat=True).first()
+        # The wallet through its one-to-one relation (billing's admin pages are what we link
+        # to; accounts imports nothing of billing).
+        wallet = getattr(obj, "wallet", None)
+        wallet_id = wallet.pk if wallet is not None else None
         links = []
         if wallet_id is not None:
             links.append((reverse("admin:billing_wallet_change", args=[wallet_id]), "Wallet"))

@@ -54,10 +54,6 @@ ISOLATED = ("gpu_backend",)
 # A pair that no longer occurs fails the test: delete its line.
 IGNORED: frozenset[tuple[str, str]] = frozenset(
     {
-        # The Organization admin page links to the organization's wallet and ledger pages, and
-        # looks the wallet up itself (a function-level import). Goes when billing supplies the
-        # link (a selector, or billing's admin adding it to the Organization page).
-        ("accounts.admin", "billing.models"),
         # The dashboard's admin-key page creates and lists management API keys. Goes when the
         # management API's tenancy rules (today dashboard.permissions, which management
         # imports) move under both, or admin keys move down to accounts (accounts.keys
