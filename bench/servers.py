@@ -56,8 +56,13 @@ async def idle_streams(target: Target, count: int) -> tuple[float, float, int]:
     connector = aiohttp.TCPConnector(limit=count + 8)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=30)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        for _ in range(8):  # warm-up: the same path once, so lazy imports are not counted
-            async with session.post(target.base + "/models", headers=headers) as resp:
+        # Warm-up: a few whole streams first, so one-time costs (lazy imports, the tokenizer's
+        # tables, pools) are not counted as the idle streams' memory.
+        warm = body.replace(b'"bench-idle"', b'"bench-model"')
+        for _ in range(8):
+            async with session.post(
+                target.base + "/chat/completions", data=warm, headers=headers
+            ) as resp:
                 await resp.read()
         await asyncio.sleep(1.0)
         before = rss_mb(target.pids())

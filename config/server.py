@@ -46,6 +46,9 @@ def build(host: str, port: int, *, log_level: str = "warning") -> DrainingServer
     """The configured server (the app is imported here, after ``DJANGO_SETTINGS_MODULE``)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
     from config.asgi import application
+    from inference import tokens
+
+    tokens.load()  # not in the first call's latency
 
     config = uvicorn.Config(
         application,

@@ -27,6 +27,12 @@ def _encoding() -> tiktoken.Encoding:
     return tiktoken.get_encoding(ENCODING)
 
 
+def load() -> None:
+    """Load the tokenizer's tables now (~12 MB, about a second) rather than in the first
+    call that counts tokens: a web process calls this before it serves."""
+    _encoding()
+
+
 def count_text(text: str) -> int:
     """Tokens of ``text``."""
     return len(_encoding().encode(text, disallowed_special=())) if text else 0
