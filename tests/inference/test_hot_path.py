@@ -189,3 +189,33 @@ def test_an_expired_hold_is_settled_late_and_capped(issue_key, transactional_db)
         EntryKind.USAGE: -700,
     }
     assert Wallet.objects.get(pk=entries[0].wallet_id).held_nanos == 0
+
+
+def test_a_settlement_on_the_loop_that_crosses_the_threshold_asks_for_a_recharge(
+    issue_key, transactional_db, monkeypatch
+):
+    """The loop path reports an auto-recharge that became due, after its statement committed,
+    exactly as the ORM path does (the worker re-checks the wallet under its lock)."""
+    from billing.services import holds
+
+    asked: list[int] = []
+    monkeypatch.setattr(holds, "auto_recharge_enqueue", asked.append)
+    key = issue_key(credit_usd="1")
+    row = _held_call(key, "req_loop_recharge", 10_000)
+    wallet = Wallet.objects.get(organization_id=row.organization_id)
+    Wallet.objects.filter(pk=wallet.pk).update(
+        auto_recharge_enabled=True,
+        auto_recharge_armed=True,
+        auto_recharge_threshold_nanos=2_000_000_000,  # above the balance: due on any charge
+    )
+
+    async def settle_and_wait() -> bool:
+        try:
+            done = await pipeline._record_and_settle_on_loop(row, True, 700)
+            await asyncio.gather(*pipeline._background)
+            return done
+        finally:
+            await pipeline.close_clients()
+
+    assert asyncio.run(settle_and_wait()) is True
+    assert asked == [wallet.pk]
