@@ -109,17 +109,8 @@ async def request(
 ) -> VendorResponse:
     """Send one request to ``target`` (``path`` relative to its base URL) and read the whole
     answer. Transport failures raise :class:`VendorError`; any HTTP status is returned."""
-    with errors.translate(target.vendor):
-        async with session().request(
-            method,
-            _url(target, path),
-            json=json_body,
-            data=form,
-            headers=_headers(auth),
-            timeout=_timeout(target),
-        ) as response:
-            body = await response.read()
-            return VendorResponse(response.status, response.reason or "", response.headers, body)
+    async with stream(target, method, path, auth=auth, json_body=json_body, form=form) as response:
+        return await response.read()
 
 
 class VendorStream:
@@ -181,6 +172,7 @@ async def stream(
     *,
     auth: Mapping[str, str] | None = None,
     json_body: Any = None,
+    form: aiohttp.FormData | None = None,
 ) -> AsyncIterator[VendorStream]:
     """Send one request and yield its answer unread; leaving the block closes the connection
     (a vendor still sending is cut off, so an abandoned stream stops costing)."""
@@ -189,6 +181,7 @@ async def stream(
             method,
             _url(target, path),
             json=json_body,
+            data=form,
             headers=_headers(auth),
             timeout=_timeout(target),
         )
