@@ -38,30 +38,12 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from compare import CATALOG  # noqa: E402  (the benchmarks' catalog: one fake vendor's models)
 
 SECRET = "measure-secret-key-0123456789abcdefghijklmnopqrstuvwxyz"
 PEPPER = "measure-pepper-0123456789abcdefghijklmnopqrstuvwxyz"
-CATALOG = """
-vendors:
-  - {{name: benchvendor, display_name: Bench, adapter_kind: openai, base_url: "{url}",
-     credentials_env: "", region: local, enabled: true, verified_models: [bench-up]}}
-models:
-  - id: bench-model
-    display_name: bench-model
-    owned_by: bench
-    capabilities: [chat]
-    tasks: [chat]
-    context_window: 8192
-    max_output_tokens: 1024
-    quality_tier: 5
-    created: 2025-01-01
-    offerings:
-      - vendor: benchvendor
-        upstream_model: bench-up
-        prices:
-          - {{effective_from: "2025-01-01T00:00:00Z", source: bench, input_per_mtok_usd: "1",
-             output_per_mtok_usd: "2"}}
-"""
 BODY = {"model": "bench-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
 
 
