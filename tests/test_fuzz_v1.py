@@ -31,7 +31,6 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.core import NotSet
@@ -39,7 +38,6 @@ from schemathesis.core import NotSet
 from accounts.models import ApiKey
 from billing.audit import audit_findings
 from billing.models import Hold, HoldStatus, LedgerEntry
-from catalog.documents import SEED_PATH, catalog_load
 from inference import pipeline
 from inference.endpoints import audio, embeddings, images
 from inference.endpoints.openapi import document, served_document
@@ -53,6 +51,8 @@ from tests.inference.conftest import (  # noqa: F401  (fixtures used by this mod
     _model,
     fake_catalog,
     fakes,
+    load_gateway_catalog,
+    on_fakes,
 )
 
 # Cases per operation and per mode (positive, negative).
@@ -69,29 +69,15 @@ def fuzz_catalog(
     backend_url: str,  # noqa: F811
 ) -> dict[str, FakeVendor]:
     """The fakes for chat, embeddings, images and speech; the gpu-backend for the rest."""
-    seed = yaml.safe_load(SEED_PATH.read_text())
-    gpu = next(v for v in seed["vendors"] if v["name"] == "infrai-gpu")
-    gpu = {
-        **gpu,
-        "base_url": backend_url + "/v1",
-        "base_url_setting": "",
-        "enabled": True,
-        "verified_models": list(LOCAL_MODELS),
-    }
-    local = [m for m in seed["models"] if m["id"] in LOCAL_MODELS]
-
-    def on_fakes(price: dict[str, Any]) -> list[dict[str, Any]]:
-        return [
-            {"vendor": name, "upstream_model": "up-large", "priority": p, "prices": [price]}
-            for name, p in (("primary", 10), ("backup", 20))
-        ]
-
-    on_fakes_only = [
-        _model("test-image", tier=7, caps=["images"], offerings=on_fakes(IMAGE_PRICE)),
-        _model("test-embed", tier=6, caps=["embeddings"], offerings=on_fakes(EMBED_PRICE)),
-        _model("test-tts", tier=5, caps=["speech"], offerings=on_fakes(TTS_PRICE)),
-    ]
-    catalog_load({"vendors": [gpu], "models": [*local, *on_fakes_only]})
+    load_gateway_catalog(
+        backend_url,
+        LOCAL_MODELS,
+        [
+            _model("test-image", tier=7, caps=["images"], offerings=on_fakes(IMAGE_PRICE)),
+            _model("test-embed", tier=6, caps=["embeddings"], offerings=on_fakes(EMBED_PRICE)),
+            _model("test-tts", tier=5, caps=["speech"], offerings=on_fakes(TTS_PRICE)),
+        ],
+    )
     return fake_catalog
 
 

@@ -215,6 +215,32 @@ def assert_billed(request_id: str, *, model: str, vendor: str, usage: Usage) -> 
     return expected
 
 
+def on_fakes(price: dict[str, Any]) -> list[dict[str, Any]]:
+    """Offerings of a model on both fake vendors (primary first, then backup) at ``price``."""
+    return [
+        {"vendor": name, "upstream_model": "up-large", "priority": p, "prices": [price]}
+        for name, p in (("primary", 10), ("backup", 20))
+    ]
+
+
+def load_gateway_catalog(
+    backend_url: str, local_models: tuple[str, ...], models: list[dict[str, Any]]
+) -> None:
+    """The seed's ``infrai-gpu`` vendor pointed at the session's gpu-backend (verified without
+    a probe) with ``local_models`` from the seed at seed prices, plus ``models``."""
+    seed = yaml.safe_load(SEED_PATH.read_text())
+    gpu = next(v for v in seed["vendors"] if v["name"] == "infrai-gpu")
+    gpu = {
+        **gpu,
+        "base_url": backend_url + "/v1",
+        "base_url_setting": "",
+        "enabled": True,
+        "verified_models": list(local_models),
+    }
+    local = [m for m in seed["models"] if m["id"] in local_models]
+    catalog_load({"vendors": [gpu], "models": [*local, *models]})
+
+
 @pytest.fixture
 def gateway_catalog(
     fake_catalog: dict[str, FakeVendor],
@@ -229,28 +255,14 @@ def gateway_catalog(
       ``1024x1024/standard`` $0.04, ``1024x1024/hd`` $0.08, other sizes $0.10;
     - ``test-embed`` (tier 6; embeddings): primary (10), backup (20) at $0.02 / 1M tokens.
     """
-    seed = yaml.safe_load(SEED_PATH.read_text())
-    gpu = next(v for v in seed["vendors"] if v["name"] == "infrai-gpu")
-    gpu = {
-        **gpu,
-        "base_url": backend_url + "/v1",
-        "base_url_setting": "",
-        "enabled": True,
-        "verified_models": list(LOCAL_MODELS),
-    }
-    local = [m for m in seed["models"] if m["id"] in LOCAL_MODELS]
-
-    def on_fakes(price: dict[str, Any]) -> list[dict[str, Any]]:
-        return [
-            {"vendor": name, "upstream_model": "up-large", "priority": p, "prices": [price]}
-            for name, p in (("primary", 10), ("backup", 20))
-        ]
-
-    fakes = [
-        _model("test-image", tier=7, caps=["images"], offerings=on_fakes(IMAGE_PRICE)),
-        _model("test-embed", tier=6, caps=["embeddings"], offerings=on_fakes(EMBED_PRICE)),
-    ]
-    catalog_load({"vendors": [gpu], "models": [*local, *fakes]})
+    load_gateway_catalog(
+        backend_url,
+        LOCAL_MODELS,
+        [
+            _model("test-image", tier=7, caps=["images"], offerings=on_fakes(IMAGE_PRICE)),
+            _model("test-embed", tier=6, caps=["embeddings"], offerings=on_fakes(EMBED_PRICE)),
+        ],
+    )
     return fake_catalog
 
 
