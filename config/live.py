@@ -51,6 +51,13 @@ async def unwatch(organization_id: int) -> None:
     await fastcache.incr_many([(_watchers_key(organization_id), -1)], _WATCH_TTL_S)
 
 
+def known_unwatched(organization_id: int) -> bool:
+    """Whether this process read, less than :data:`WATCH_MEMO_S` ago, that the organization
+    has no page open (then :func:`asend` would send nothing: callers may skip even the task)."""
+    memo = _watched.get(organization_id)
+    return memo is not None and memo[0] > time.monotonic() and not memo[1]
+
+
 async def _is_watched(organization_id: int) -> bool:
     """Whether the organization has a page open, as read at most :data:`WATCH_MEMO_S` ago."""
     now = time.monotonic()

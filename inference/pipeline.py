@@ -173,7 +173,7 @@ class Call:
         _inflight.add(self)
         _ensure_renewer()
         # Open wallet pages show the money held by running calls (no round trip unwatched).
-        spawn(live.asend(self.key.organization_id, {"kind": "wallet_changed"}))
+        _announce(self.key.organization_id, lambda: {"kind": "wallet_changed"})
 
     async def _release_when_open(self, opening: asyncio.Future[None]) -> None:
         """The request was cancelled while its hold was opening: release it once open."""
@@ -371,7 +371,7 @@ class Call:
         _keep(job)
         job.add_done_callback(lambda _job: _inflight.discard(self))
         await asyncio.shield(job)
-        spawn(_push_live(row))
+        _push_live(row)
 
     def streaming(self, usage_so_far: Callable[[], Usage]) -> None:
         """Mark the call as streaming: if the process stops before the stream ends,
@@ -709,18 +709,25 @@ def _log_unheld_failure(request: ApiRequest, exc: ApiError) -> None:
     )
     observability.call_finished(row, request)
     spawn(_record_and_settle(row, False, 0))
-    spawn(_push_live(row))
+    _push_live(row)
 
 
 on_unlogged_failure(_log_unheld_failure)
 
 
-async def _push_live(row: RequestLog) -> None:
-    """Announce the recorded call to the organization's open dashboard pages (best effort:
-    :func:`config.live.asend` logs and swallows its own failures)."""
-    await live.asend(
+def _announce(organization_id: int, payload: Callable[[], dict[str, Any]]) -> None:
+    """Push ``payload()`` to the organization's open dashboard pages after the response (best
+    effort: :func:`config.live.asend` logs and swallows its own failures) — no task at all
+    while this process knows none is open."""
+    if not live.known_unwatched(organization_id):
+        spawn(live.asend(organization_id, payload()))
+
+
+def _push_live(row: RequestLog) -> None:
+    """Announce the recorded call to the organization's open pages."""
+    _announce(
         row.organization_id,
-        live.usage_event(
+        lambda: live.usage_event(
             request_id=row.request_id,
             model=row.model,
             vendor=row.vendor,

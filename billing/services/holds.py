@@ -77,6 +77,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, close_old_connections, connection, transaction
@@ -184,6 +185,10 @@ class _OpenParams:
             expires=now + dt.timedelta(seconds=ttl_s),
         )
 
+    def values(self) -> dict[str, Any]:
+        """The named parameters of :data:`_OPEN_CTE`."""
+        return {name: getattr(self, name) for name in _OpenParams.__slots__}
+
 
 def _open_one_statement(p: _OpenParams) -> bool:
     """PostgreSQL: wallet reservation, budget check and hold row in one statement.
@@ -194,7 +199,7 @@ def _open_one_statement(p: _OpenParams) -> bool:
     and the caller rolls the transaction back (undoing the other).
     """
     with connection.cursor() as cur:
-        cur.execute(_OPEN_CTE, {name: getattr(p, name) for name in _OpenParams.__slots__})
+        cur.execute(_OPEN_CTE, p.values())
         return cur.fetchone() is not None
 
 
@@ -762,7 +767,7 @@ async def ahold_open(
         budget=budget_nanos,
         ttl_s=ttl_s,
     )
-    values = {name: getattr(params, name) for name in _OpenParams.__slots__}
+    values = params.values()
     try:
         if budget_nanos is None and key_budget_nanos is None:
             # Without a budget only the wallet can refuse, and then nothing is written: the
