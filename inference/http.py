@@ -257,28 +257,38 @@ def route(
     )
 
 
-def body_limit(path: str) -> int:
-    """The body limit of the route matching ``path`` (the default for unknown paths)."""
-    for candidate in _routes:
-        if candidate.pattern.match(path):
-            return candidate.max_body_bytes
-    return int(settings.INFRAI_MAX_BODY_BYTES)
-
-
-def resolve(method: str, path: str) -> tuple[Route, Handler, dict[str, str]]:
-    """The route and handler for a call, or 404 / 405."""
+def find(path: str) -> tuple[Route, dict[str, str]] | None:
+    """The route matching ``path`` and its captured segments, or None (one pass over the
+    table per call: its body limit and its handler both come from this)."""
     for candidate in _routes:
         match = candidate.pattern.match(path)
         if match:
-            handler = candidate.methods.get(method)
-            if handler is None:
-                allowed = ", ".join(sorted(candidate.methods))
-                raise MethodNotAllowed(
-                    f"Method {method} is not allowed on {path}; use {allowed}.",
-                    code="method_not_allowed",
-                )
-            return candidate, handler, match.groupdict()
-    raise NotFound(f"Unknown request URL: {method} {path}.", code="unknown_url")
+            return candidate, match.groupdict()
+    return None
+
+
+def body_limit(found: tuple[Route, dict[str, str]] | None) -> int:
+    """The body limit of the route :func:`find` found (the default for unknown paths)."""
+    if found is None:
+        return int(settings.INFRAI_MAX_BODY_BYTES)
+    return found[0].max_body_bytes
+
+
+def resolve(
+    method: str, path: str, found: tuple[Route, dict[str, str]] | None
+) -> tuple[Route, Handler, dict[str, str]]:
+    """The route and handler for a call, or 404 / 405."""
+    if found is None:
+        raise NotFound(f"Unknown request URL: {method} {path}.", code="unknown_url")
+    matched, params = found
+    handler = matched.methods.get(method)
+    if handler is None:
+        allowed = ", ".join(sorted(matched.methods))
+        raise MethodNotAllowed(
+            f"Method {method} is not allowed on {path}; use {allowed}.",
+            code="method_not_allowed",
+        )
+    return matched, handler, params
 
 
 def _encode_headers(content_type: bytes, headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
@@ -312,11 +322,12 @@ async def v1_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         request_id=new_request_id(),
         started_ns=time.perf_counter_ns(),
     )
-    limit = body_limit(request.path)
+    found = find(request.path)
+    limit = body_limit(found)
     try:
         if _declared_length(headers) > limit:
             raise too_large(limit)
-        matched, handler, request.path_params = resolve(request.method, request.path)
+        matched, handler, request.path_params = resolve(request.method, request.path, found)
         if matched.authenticated:
             request.key = await authenticate(headers.get("authorization"))
         if matched.before_body is not None:
