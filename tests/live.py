@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import httpx
@@ -39,21 +39,35 @@ def wait_http(url: str, *, seconds: float = 30.0) -> None:
 
 
 @contextmanager
-def uvicorn_server() -> Iterator[str]:
-    """Serve the app with the production server (``config.server``) on a free port."""
-    from config.server import build
-
-    port = free_port()
-    server = build("127.0.0.1", port)
-    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+def _served(
+    run: Callable[[], None], *, name: str, port: int, stop: Callable[[], None], join_s: float
+) -> Iterator[str]:
+    """Run ``run`` in a daemon thread, yield the base URL once ``/healthz`` answers; on exit call
+    ``stop`` and wait up to ``join_s`` for the thread."""
+    thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/healthz")
     try:
         yield url
     finally:
+        stop()
+        thread.join(timeout=join_s)
+
+
+@contextmanager
+def uvicorn_server() -> Iterator[str]:
+    """Serve the app with the production server (``config.server``) on a free port."""
+    from config.server import build
+
+    port = free_port()
+    server = build("127.0.0.1", port)
+
+    def stop() -> None:
         server.should_exit = True
-        thread.join(timeout=30)
+
+    with _served(server.run, name="uvicorn", port=port, stop=stop, join_s=30) as url:
+        yield url
 
 
 @contextmanager
@@ -70,14 +84,11 @@ def daphne_server() -> Iterator[str]:
         signal_handlers=False,
         verbosity=0,
     )
-    thread = threading.Thread(target=server.run, name="daphne", daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/healthz")
-    try:
-        yield url
-    finally:
+
+    def stop() -> None:
         from twisted.internet import reactor
 
         reactor.callFromThread(reactor.stop)  # type: ignore[attr-defined]
-        thread.join(timeout=10)
+
+    with _served(server.run, name="daphne", port=port, stop=stop, join_s=10) as url:
+        yield url

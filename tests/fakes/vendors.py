@@ -30,7 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.live import free_port
+from tests.fakes.server import ThreadedServer
 
 SPEECH_CHUNKS = 8
 # What ``FakeVendor.fault`` can make a chat answer do. ``usage_*`` corrupt the usage (a stream
@@ -98,7 +98,7 @@ def _count_words(messages: list[dict[str, Any]]) -> int:
 
 
 @dataclass
-class FakeVendor:
+class FakeVendor(ThreadedServer):
     """One fake vendor server (OpenAI-compatible and Anthropic routes on the same port)."""
 
     models: list[str] = field(default_factory=lambda: ["fake-model"])
@@ -116,11 +116,7 @@ class FakeVendor:
     chunks_sent: int = 0
 
     def __post_init__(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        self._loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.serve_on_free_port("fake-vendor")
 
     # --- lifecycle ------------------------------------------------------------------------
     def reset(self) -> None:
@@ -138,31 +134,14 @@ class FakeVendor:
         self.chunks_sent = 0
         self.stream_closed.clear()
 
-    def start(self) -> FakeVendor:
-        self._thread.start()
-        self._started.wait(10)
-        return self
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_get("/v1/models", self.list_models)
-        app.router.add_post("/v1/chat/completions", self.chat)
-        app.router.add_post("/v1/messages", self.messages)
-        app.router.add_post("/v1/audio/speech", self.speech)
-        app.router.add_post("/v1/embeddings", self.embeddings)
-        app.router.add_post("/v1/images/generations", self.images)
-        app.router.add_get("/v1/files/{name}.png", self.image_file)
-        runner = self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        self._loop.run_until_complete(runner.setup())
-        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-        self._started.set()
-        self._loop.run_forever()
+    def routes(self, router: web.UrlDispatcher) -> None:
+        router.add_get("/v1/models", self.list_models)
+        router.add_post("/v1/chat/completions", self.chat)
+        router.add_post("/v1/messages", self.messages)
+        router.add_post("/v1/audio/speech", self.speech)
+        router.add_post("/v1/embeddings", self.embeddings)
+        router.add_post("/v1/images/generations", self.images)
+        router.add_get("/v1/files/{name}.png", self.image_file)
 
     # --- helpers --------------------------------------------------------------------------
     async def _gate(self, request: web.Request) -> tuple[dict[str, Any], web.Response | None]:

@@ -31,9 +31,7 @@ bodies it received in ``requests``.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -41,7 +39,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.live import free_port
+from tests.fakes.server import ThreadedServer
 
 VLLM_VERSION = "0.10.1"
 TEMPLATE_TOKENS_PER_MESSAGE = 3
@@ -72,7 +70,7 @@ class VLLMError(Exception):
 
 
 @dataclass
-class FakeVLLM:
+class FakeVLLM(ThreadedServer):
     """One fake vLLM OpenAI server serving ``served_model`` (``--served-model-name``)."""
 
     served_model: str = "meta-llama/Llama-3.1-8B-Instruct"
@@ -82,12 +80,8 @@ class FakeVLLM:
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1"
         self.created = int(time.time())
-        self._loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fake-vllm", daemon=True)
+        self.serve_on_free_port("fake-vllm")
 
     # --- lifecycle ------------------------------------------------------------------------
     def reset(self) -> None:
@@ -96,29 +90,11 @@ class FakeVLLM:
         self.fault = ""
         self.requests = []
 
-    def start(self) -> FakeVLLM:
-        self._thread.start()
-        if not self._started.wait(10):
-            raise RuntimeError("fake vLLM did not start")
-        return self
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/version", self.version)
-        app.router.add_get("/v1/models", self.list_models)
-        app.router.add_post("/v1/chat/completions", self.chat)
-        runner = self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        self._loop.run_until_complete(runner.setup())
-        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-        self._started.set()
-        self._loop.run_forever()
+    def routes(self, router: web.UrlDispatcher) -> None:
+        router.add_get("/health", self.health)
+        router.add_get("/version", self.version)
+        router.add_get("/v1/models", self.list_models)
+        router.add_post("/v1/chat/completions", self.chat)
 
     # --- errors ---------------------------------------------------------------------------
     def error_body(self, error: VLLMError) -> dict[str, Any]:
