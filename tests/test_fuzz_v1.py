@@ -42,13 +42,13 @@ from inference import pipeline
 from inference.endpoints import audio, embeddings, images
 from inference.endpoints.openapi import document, served_document
 from inference.models import RequestLog
+from tests.catalog_docs import catalog_model
 from tests.fakes.vendors import FakeVendor
 from tests.gpu import backend_url  # noqa: F401  (one gpu-backend process per session)
 from tests.inference.conftest import (  # noqa: F401  (fixtures used by this module)
     EMBED_PRICE,
     IMAGE_PRICE,
     _fake_servers,
-    _model,
     fake_catalog,
     fakes,
     load_gateway_catalog,
@@ -73,9 +73,21 @@ def fuzz_catalog(
         backend_url,
         LOCAL_MODELS,
         [
-            _model("test-image", tier=7, caps=["images"], offerings=on_fakes(IMAGE_PRICE)),
-            _model("test-embed", tier=6, caps=["embeddings"], offerings=on_fakes(EMBED_PRICE)),
-            _model("test-tts", tier=5, caps=["speech"], offerings=on_fakes(TTS_PRICE)),
+            catalog_model(
+                "test-image",
+                quality_tier=7,
+                capabilities=["images"],
+                offerings=on_fakes(IMAGE_PRICE),
+            ),
+            catalog_model(
+                "test-embed",
+                quality_tier=6,
+                capabilities=["embeddings"],
+                offerings=on_fakes(EMBED_PRICE),
+            ),
+            catalog_model(
+                "test-tts", quality_tier=5, capabilities=["speech"], offerings=on_fakes(TTS_PRICE)
+            ),
         ],
     )
     return fake_catalog

@@ -33,6 +33,7 @@ from billing.models import Wallet
 from billing.stripe_gateway import CheckoutSession
 from catalog.documents import catalog_load
 from catalog.models import Vendor
+from tests.catalog_docs import PRICE, catalog_model, catalog_vendor, offering
 from tests.dashboard.factories import request_log_row
 from tests.fakes.vendors import FakeVendor
 
@@ -41,13 +42,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]
 CHECKOUT_URL = "https://checkout.stripe.test/c/pay/cs_test_browser"
 WEBHOOK_SECRET = "whsec_dashboard_browser_test"
-PRICE = {
-    "effective_from": "2025-01-01T00:00:00Z",
-    "source": "test price",
-    "input_per_mtok_usd": "1.00",
-    "cached_input_per_mtok_usd": "0.50",
-    "output_per_mtok_usd": "2.00",
-}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -100,39 +94,13 @@ def fake_vendor() -> Iterator[FakeVendor]:
 def demo_catalog(fake_vendor: FakeVendor) -> None:
     """Only one routable model, ``demo-chat``, served by a fake vendor on 127.0.0.1."""
     Vendor.objects.update(enabled=False)
-    catalog_load(
-        {
-            "vendors": [
-                {
-                    "name": "demo",
-                    "display_name": "Demo",
-                    "adapter_kind": "openai",
-                    "base_url": fake_vendor.url,
-                    "credentials_env": "",
-                    "region": "eu",
-                    "enabled": True,
-                    "verified_models": fake_vendor.models,
-                }
-            ],
-            "models": [
-                {
-                    "id": "demo-chat",
-                    "display_name": "demo-chat",
-                    "owned_by": "tests",
-                    "capabilities": ["chat"],
-                    "tasks": ["chat"],
-                    "context_window": 32000,
-                    "max_output_tokens": 4096,
-                    "quality_tier": 5,
-                    "created": "2025-01-01",
-                    "parameters": {},
-                    "offerings": [
-                        {"vendor": "demo", "upstream_model": "up-demo", "prices": [PRICE]}
-                    ],
-                }
-            ],
-        }
+    vendor = catalog_vendor(
+        "demo", display_name="Demo", base_url=fake_vendor.url, verified_models=fake_vendor.models
     )
+    model = catalog_model(
+        "demo-chat", capabilities=["chat"], offerings=[offering("demo", "up-demo", PRICE)]
+    )
+    catalog_load({"vendors": [vendor], "models": [model]})
 
 
 @pytest.fixture
@@ -185,20 +153,11 @@ def _send_paid_webhook(live_url: str, session: dict[str, Any]) -> httpx.Response
             }
         },
     }
-    payload = json.dumps(event)
-    timestamp = int(time.time())
-    signature = stripe.WebhookSignature._compute_signature(f"{timestamp}.{payload}", WEBHOOK_SECRET)
-    return httpx.post(
-        f"{live_url}/billing/stripe/webhook",
-        content=payload.encode(),
-        headers={
-            "Stripe-Signature": f"t={timestamp},v1={signature}",
-            "Content-Type": "application/json",
-        },
-    )
+    return _signed_post(live_url, event)
 
 
 def _signed_post(live_url: str, event: dict[str, Any]) -> httpx.Response:
+    """``event`` posted to the Stripe webhook, signed with the real scheme."""
     payload = json.dumps(event)
     timestamp = int(time.time())
     signature = stripe.WebhookSignature._compute_signature(f"{timestamp}.{payload}", WEBHOOK_SECRET)

@@ -16,53 +16,29 @@ from accounts.services import api_key_revoke, project_create
 from catalog.documents import catalog_load
 from catalog.models import Vendor
 from catalog.selectors import model_prices
+from tests.catalog_docs import PRICE, catalog_model, catalog_vendor, offering
 
 pytestmark = pytest.mark.django_db
 
-PRICE = {
-    "effective_from": "2025-01-01T00:00:00Z",
-    "source": "test price",
-    "input_per_mtok_usd": "1.00",
-    "cached_input_per_mtok_usd": "0.50",
-    "output_per_mtok_usd": "2.00",
-}
-
 
 def _model(model_id: str, capability: str) -> dict:
-    return {
-        "id": model_id,
-        "display_name": model_id,
-        "owned_by": "tests",
-        "capabilities": [capability],
-        "tasks": [capability],
-        "context_window": 8000,
-        "max_output_tokens": 1000,
-        "quality_tier": 3,
-        "created": "2025-01-01",
-        "parameters": {},
-        "offerings": [{"vendor": "pg", "upstream_model": model_id, "prices": [PRICE]}],
-    }
+    return catalog_model(
+        model_id,
+        capabilities=[capability],
+        tasks=[capability],
+        context_window=8000,
+        max_output_tokens=1000,
+        quality_tier=3,
+        offerings=[offering("pg", model_id, PRICE)],
+    )
 
 
 def _catalog(*models: dict, verified: list[str]) -> None:
     Vendor.objects.update(enabled=False)
-    catalog_load(
-        {
-            "vendors": [
-                {
-                    "name": "pg",
-                    "display_name": "PG",
-                    "adapter_kind": "openai",
-                    "base_url": "http://127.0.0.1:9",
-                    "credentials_env": "",
-                    "region": "eu",
-                    "enabled": True,
-                    "verified_models": verified,
-                }
-            ],
-            "models": list(models),
-        }
+    vendor = catalog_vendor(
+        "pg", display_name="PG", base_url="http://127.0.0.1:9", verified_models=verified
     )
+    catalog_load({"vendors": [vendor], "models": list(models)})
 
 
 def test_playground_lists_chat_models_and_not_embedding_models(member_client):

@@ -14,40 +14,10 @@ from catalog.documents import SEED_PATH, catalog_load
 from catalog.models import Offering
 from catalog.selectors import price_in_force
 from money.pricing import PriceSnapshot, Usage, cost_nanos
+from tests.catalog_docs import PRICE, catalog_model, catalog_vendor, offering
 from tests.fakes.vendors import FakeVendor
 
-PRICE = {
-    "effective_from": "2025-01-01T00:00:00Z",
-    "source": "test price",
-    "input_per_mtok_usd": "1.00",
-    "cached_input_per_mtok_usd": "0.50",
-    "output_per_mtok_usd": "2.00",
-}
 CHEAP_PRICE = {**PRICE, "input_per_mtok_usd": "0.10", "output_per_mtok_usd": "0.20"}
-
-
-def _model(
-    model_id: str,
-    *,
-    tier: int,
-    caps: list[str],
-    offerings: list[dict[str, Any]],
-    parameters: dict[str, Any] | None = None,
-    tasks: list[str] | None = None,
-) -> dict[str, Any]:
-    return {
-        "id": model_id,
-        "display_name": model_id,
-        "owned_by": "tests",
-        "capabilities": caps,
-        "tasks": tasks or ["chat"],
-        "context_window": 32000,
-        "max_output_tokens": 4096,
-        "quality_tier": tier,
-        "created": "2025-01-01",
-        "parameters": parameters or {},
-        "offerings": offerings,
-    }
 
 
 @pytest.fixture(scope="session")
@@ -84,86 +54,44 @@ def fake_catalog(
     """
     monkeypatch.setenv("FAKE_ANTHROPIC_KEY", "sk-ant-test-secret")
     vendors = [
-        {
-            "name": "primary",
-            "display_name": "Primary",
-            "adapter_kind": "openai",
-            "base_url": fakes["primary"].url,
-            "credentials_env": "",
-            "region": "eu",
-            "enabled": True,
-            "verified_models": fakes["primary"].models,
-        },
-        {
-            "name": "backup",
-            "display_name": "Backup",
-            "adapter_kind": "openai",
-            "base_url": fakes["backup"].url,
-            "credentials_env": "",
-            "region": "us",
-            "enabled": True,
-            "verified_models": fakes["backup"].models,
-        },
-        {
-            "name": "anthro",
-            "display_name": "Anthro",
-            "adapter_kind": "anthropic",
-            "base_url": fakes["anthro"].url,
-            "credentials_env": "FAKE_ANTHROPIC_KEY",
-            "region": "us",
-            "enabled": True,
-            "verified_models": fakes["anthro"].models,
-        },
-    ]
+        catalog_vendor(name, base_url=fakes[name].url, verified_models=fakes[name].models, **more)
+        for name, more in (
+            ("primary", {"display_name": "Primary"}),
+            ("backup", {"display_name": "Backup", "region": "us"}),
+            ("anthro", {"display_name": "Anthro", "region": "us", "adapter_kind": "anthropic",
+                        "credentials_env": "FAKE_ANTHROPIC_KEY"}),
+        )
+    ]  # fmt: skip
     models = [
-        _model(
+        catalog_model(
             "test-large",
-            tier=9,
-            caps=["chat", "vision", "tools", "json_mode", "responses"],
-            offerings=[
-                {
-                    "vendor": "primary",
-                    "upstream_model": "up-large",
-                    "priority": 10,
-                    "prices": [PRICE],
-                },
-                {
-                    "vendor": "backup",
-                    "upstream_model": "up-large",
-                    "priority": 20,
-                    "prices": [PRICE],
-                },
-            ],
+            quality_tier=9,
+            capabilities=["chat", "vision", "tools", "json_mode", "responses"],
+            offerings=on_fakes(PRICE),
         ),
-        _model(
+        catalog_model(
             "test-small",
-            tier=3,
-            caps=["chat"],
-            offerings=[
-                {"vendor": "primary", "upstream_model": "up-small", "prices": [CHEAP_PRICE]},
-            ],
+            quality_tier=3,
+            capabilities=["chat"],
+            offerings=[offering("primary", "up-small", CHEAP_PRICE)],
         ),
-        _model(
+        catalog_model(
             "test-quirky",
-            tier=2,
-            caps=["chat"],
+            quality_tier=2,
+            capabilities=["chat"],
             parameters={
                 "seed": "no_effect",
                 "logit_bias": "fails",
                 "repetition_penalty": {"support": "fails", "accepted_values": [1.0]},
             },
-            offerings=[
-                {"vendor": "primary", "upstream_model": "up-quirky", "prices": [PRICE]},
-            ],
+            offerings=[offering("primary", "up-quirky", PRICE)],
         ),
-        _model(
+        catalog_model(
             "claude-fake",
-            tier=8,
-            caps=["chat", "vision", "tools"],
+            quality_tier=8,
+            capabilities=["chat", "vision", "tools"],
             parameters={"n": "fails"},
-            offerings=[
-                {"vendor": "anthro", "upstream_model": "claude-fake", "prices": [PRICE]},
-            ],
+            offerings=[offering("anthro", "claude-fake", PRICE)],
         ),
     ]
     # Leave the seed's vendors out of the way: only the fakes are routable in these tests.
@@ -259,8 +187,18 @@ def gateway_catalog(
         backend_url,
         LOCAL_MODELS,
         [
-            _model("test-image", tier=7, caps=["images"], offerings=on_fakes(IMAGE_PRICE)),
-            _model("test-embed", tier=6, caps=["embeddings"], offerings=on_fakes(EMBED_PRICE)),
+            catalog_model(
+                "test-image",
+                quality_tier=7,
+                capabilities=["images"],
+                offerings=on_fakes(IMAGE_PRICE),
+            ),
+            catalog_model(
+                "test-embed",
+                quality_tier=6,
+                capabilities=["embeddings"],
+                offerings=on_fakes(EMBED_PRICE),
+            ),
         ],
     )
     return fake_catalog

@@ -23,17 +23,11 @@ from inference.vendors import errors
 from inference.vendors.base import VendorTarget
 from inference.vendors.openai_compat import OpenAICompatibleAdapter
 from money.pricing import Usage
+from tests.catalog_docs import PRICE, catalog_model, catalog_vendor, offering
 from tests.fakes.vllm import FakeVLLM, prompt_tokens
 from tests.inference.conftest import assert_billed
 
 SERVED = "meta-llama/Llama-3.1-8B-Instruct"
-PRICE = {
-    "effective_from": "2025-01-01T00:00:00Z",
-    "source": "test price",
-    "input_per_mtok_usd": "1.00",
-    "cached_input_per_mtok_usd": "0.50",
-    "output_per_mtok_usd": "2.00",
-}
 HELLO: list[Any] = [{"role": "user", "content": "hello there vllm"}]
 
 
@@ -52,30 +46,20 @@ def vllm(_vllm_server: FakeVLLM) -> FakeVLLM:
 
 def vllm_catalog(vllm: FakeVLLM, *, verified: bool) -> None:
     """``vllm-node`` (OpenAI adapter, the fake's URL) serving ``test-vllm``; nothing else."""
-    vendor: dict[str, Any] = {
-        "name": "vllm-node",
-        "display_name": "vLLM node",
-        "adapter_kind": "openai",
-        "base_url": vllm.url,
-        "credentials_env": "",
-        "region": "self-hosted",
-        "enabled": True,
-    }
-    if verified:
-        vendor["verified_models"] = [SERVED]
-    model = {
-        "id": "test-vllm",
-        "display_name": "test-vllm",
-        "owned_by": "tests",
-        "capabilities": ["chat", "json_mode"],
-        "tasks": ["chat"],
-        "context_window": 32000,  # larger than the node's max_model_len: vLLM has the last word
-        "max_output_tokens": 8192,
-        "quality_tier": 5,
-        "created": "2025-01-01",
-        "parameters": {},
-        "offerings": [{"vendor": "vllm-node", "upstream_model": SERVED, "prices": [PRICE]}],
-    }
+    vendor = catalog_vendor(
+        "vllm-node",
+        display_name="vLLM node",
+        base_url=vllm.url,
+        region="self-hosted",
+        verified_models=[SERVED] if verified else None,
+    )
+    model = catalog_model(
+        "test-vllm",
+        capabilities=["chat", "json_mode"],
+        context_window=32000,  # larger than the node's max_model_len: vLLM has the last word
+        max_output_tokens=8192,
+        offerings=[offering("vllm-node", SERVED, PRICE)],
+    )
     Vendor.objects.exclude(name="vllm-node").update(enabled=False)
     catalog_load({"vendors": [vendor], "models": [model]})
 

@@ -17,35 +17,23 @@ import pytest
 from billing.models import Hold
 from catalog.documents import catalog_load
 from catalog.models import Vendor
+from tests.catalog_docs import PRICE, catalog_model, catalog_vendor, offering
 from tests.fakes.vendors import FakeVendor
 from tests.fakes.vllm import FakeVLLM
 
 SERVED = "meta-llama/Llama-3.1-8B-Instruct"
 EXTRAS = ["min_p", "guided_json", "guided_regex", "guided_choice", "guided_grammar"]
-PRICE = {
-    "effective_from": "2025-01-01T00:00:00Z",
-    "source": "test price",
-    "input_per_mtok_usd": "1.00",
-    "cached_input_per_mtok_usd": "0.50",
-    "output_per_mtok_usd": "2.00",
-}
 HELLO: list[Any] = [{"role": "user", "content": "hello there vllm"}]
 
 
 def _model(model_id: str, vendor: str, upstream: str, capabilities: list[str]) -> dict[str, Any]:
-    return {
-        "id": model_id,
-        "display_name": model_id,
-        "owned_by": "tests",
-        "capabilities": capabilities,
-        "tasks": ["chat"],
-        "context_window": 2048,
-        "max_output_tokens": 1024,
-        "quality_tier": 5,
-        "created": "2025-01-01",
-        "parameters": {},
-        "offerings": [{"vendor": vendor, "upstream_model": upstream, "prices": [PRICE]}],
-    }
+    return catalog_model(
+        model_id,
+        capabilities=capabilities,
+        context_window=2048,
+        max_output_tokens=1024,
+        offerings=[offering(vendor, upstream, PRICE)],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +54,17 @@ def catalog(
     vllm.reset()
     plain.reset()
     vendors = [
-        {"name": "vllm-node", "display_name": "vLLM node", "adapter_kind": "openai",
-         "base_url": vllm.url, "credentials_env": "", "region": "self-hosted", "enabled": True,
-         "verified_models": [SERVED]},
-        {"name": "plain", "display_name": "Plain", "adapter_kind": "openai",
-         "base_url": plain.url, "credentials_env": "", "region": "eu", "enabled": True,
-         "verified_models": ["up-plain"]},
-    ]  # fmt: skip
+        catalog_vendor(
+            "vllm-node",
+            display_name="vLLM node",
+            base_url=vllm.url,
+            region="self-hosted",
+            verified_models=[SERVED],
+        ),
+        catalog_vendor(
+            "plain", display_name="Plain", base_url=plain.url, verified_models=["up-plain"]
+        ),
+    ]
     models = [
         _model("test-vllm", "vllm-node", SERVED, ["chat", "json_mode", *EXTRAS]),
         _model("test-plain", "plain", "up-plain", ["chat", "json_mode"]),
