@@ -5,6 +5,8 @@ from django.contrib import admin
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import include, path
 
+import dashboard.urls
+import management.pages
 from config.observability.views import healthz, metrics_view, readyz
 
 urlpatterns = [
@@ -14,7 +16,9 @@ urlpatterns = [
     path("metrics", metrics_view),
     path("billing/", include("billing.urls")),
     path("v1/organization/", include("management.urls")),
-    path("", include("dashboard.urls")),
+    # The dashboard's pages and, in its namespace, the admin-keys page: management's, since it
+    # needs the admin-key model and management sits above the dashboard.
+    path("", include(([*dashboard.urls.urlpatterns, *management.pages.urlpatterns], "dashboard"))),
 ]
 
 # Admin and dashboard assets under `make run` (DEBUG only; production serves them elsewhere).

@@ -1,11 +1,12 @@
-"""Dashboard URLs. Organization pages live under ``/o/<slug>/``."""
+"""Dashboard URLs. Organization pages live under ``/o/<slug>/``; one of them, the admin-keys
+page, is :mod:`management.pages`, served in this namespace by :mod:`config.urls`."""
 
 from django.contrib.auth import views as auth_views
 from django.templatetags.static import static
-from django.urls import include, path, reverse_lazy
+from django.urls import URLPattern, URLResolver, include, path, reverse_lazy
 from django.views.generic import RedirectView
 
-from dashboard.views import admin_keys, auth, keys, orgs, playground, projects, start, usage, wallet
+from dashboard.views import auth, keys, orgs, playground, projects, start, usage, wallet
 from dashboard.views.vectors import vector_collections
 
 app_name = "dashboard"
@@ -35,7 +36,6 @@ org_patterns = [
     path("keys/<int:key_id>/", keys.key_edit, name="key_edit"),
     path("keys/<int:key_id>/created/", keys.key_created, name="key_created"),
     path("keys/<int:key_id>/revoke/", keys.key_revoke, name="key_revoke"),
-    path("admin-keys/", admin_keys.admin_keys, name="admin_keys"),
     path("wallet/", wallet.wallet, name="wallet"),
     path("wallet/topup/", wallet.topup, name="topup"),
     path("wallet/auto-recharge/", wallet.auto_recharge, name="auto_recharge"),
@@ -52,7 +52,7 @@ org_patterns = [
     path("vectors/", vector_collections, name="vectors"),
 ]
 
-urlpatterns = [
+urlpatterns: list[URLPattern | URLResolver] = [
     path("", auth.home, name="home"),
     path("favicon.ico", RedirectView.as_view(url=static("dashboard/favicon.svg"), permanent=True)),
     path("signup/", auth.signup, name="signup"),

@@ -1,4 +1,4 @@
-"""Reads of the management API: usage and cost buckets over the request log.
+"""Reads of the management app: admin keys, and usage and cost buckets over the request log.
 
 Aggregation is done by the database (``GROUP BY`` bucket and the requested dimensions), scoped by
 ``organization_id`` and a half-open ``[start, end)`` range, like :mod:`dashboard.selectors`.
@@ -8,12 +8,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from django.db.models import Count, Sum
+from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncDay, TruncHour
 
 from inference.models import RequestLog
+from management.models import AdminKey
+
+if TYPE_CHECKING:
+    from accounts.models import Organization
+
+
+def admin_keys_for_organization(*, organization: Organization) -> QuerySet[AdminKey]:
+    """The organization's admin keys, revoked ones included (the audit trail), newest first,
+    with their creator and revoker loaded."""
+    return (
+        AdminKey.objects.filter(organization=organization)
+        .select_related("created_by", "revoked_by")
+        .order_by("-created_at")
+    )
+
+
+def admin_key_get(*, organization: Organization, admin_key_id: int) -> AdminKey | None:
+    """The organization's admin key with that id; None for a missing id and for another
+    organization's key alike."""
+    return AdminKey.objects.filter(organization=organization, pk=admin_key_id).first()
+
 
 BucketWidth = Literal["1d", "1h"]
 GROUP_FIELDS = {"project_id": "project_id", "api_key_id": "api_key_id", "model": "model"}

@@ -52,16 +52,7 @@ ISOLATED = ("gpu_backend",)
 
 # Imports that break the direction today, each with why it is tolerated and what removes it.
 # A pair that no longer occurs fails the test: delete its line.
-IGNORED: frozenset[tuple[str, str]] = frozenset(
-    {
-        # The dashboard's admin-key page creates and lists management API keys. Goes when the
-        # management API's tenancy rules (today dashboard.permissions, which management
-        # imports) move under both, or admin keys move down to accounts (accounts.keys
-        # already mints them).
-        ("dashboard.views.admin_keys", "management.models"),
-        ("dashboard.views.admin_keys", "management.services"),
-    }
-)
+IGNORED: frozenset[tuple[str, str]] = frozenset()
 
 
 def _within(module: str, name: str) -> bool:

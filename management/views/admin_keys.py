@@ -11,6 +11,7 @@ from dashboard.permissions import MANAGE_ORG
 from management import render
 from management.api import ManagementView, page, parse_id
 from management.models import AdminKey
+from management.selectors import admin_key_get, admin_keys_for_organization
 from management.services import admin_key_revoke
 
 
@@ -19,7 +20,7 @@ class AdminKeyList(ManagementView):
 
     def get(self, request: Request) -> Response:
         """The organization's admin keys with their audit trail (created/revoked/last used)."""
-        qs = AdminKey.objects.filter(organization=self.ctx.organization)
+        qs = admin_keys_for_organization(organization=self.ctx.organization)
         return page(request, qs, prefix="admin_key_", render=render.admin_key)
 
 
@@ -27,9 +28,9 @@ class AdminKeyDetail(ManagementView):
     roles = {"GET": MANAGE_ORG, "DELETE": MANAGE_ORG}
 
     def key(self, key_id: str) -> AdminKey:
-        found = AdminKey.objects.filter(
-            organization=self.ctx.organization, pk=parse_id(key_id, "admin_key_")
-        ).first()
+        found = admin_key_get(
+            organization=self.ctx.organization, admin_key_id=parse_id(key_id, "admin_key_")
+        )
         if found is None:
             raise NotFound("No such admin key.")
         return found
