@@ -17,7 +17,9 @@ from django.db import connection
 from accounts.models import ApiKey, Organization, Project
 from accounts.services import api_key_create, organization_create, project_create
 from billing.models import EntryKind
-from billing.services import wallet_credit, wallet_get_or_create
+from billing.services import hold_open, wallet_credit, wallet_get_or_create
+from billing.services.recharge import auto_recharge_configure
+from inference.models import RequestLog
 from tests.live import free_port, wait_http
 
 USD = 1_000_000_000
@@ -28,6 +30,35 @@ class Tenant:
     org: Organization
     project: Project
     key: ApiKey
+
+    def hold_owner(self) -> dict[str, int]:
+        """``hold_open``'s owner arguments for a call with this tenant's key."""
+        return {
+            "organization_id": self.org.pk,
+            "project_id": self.project.pk,
+            "api_key_id": self.key.pk,
+        }
+
+
+def open_hold(tenant: Tenant, request_id: str, amount_nanos: int, **options: Any) -> None:
+    """``hold_open`` of ``amount_nanos`` for ``tenant``'s key; ``options`` go to ``hold_open`` as
+    they are (``budget_nanos``, ``key_budget_nanos``, ``ttl_s``, another ``api_key_id``)."""
+    owner: dict[str, Any] = {**tenant.hold_owner(), **options}
+    hold_open(request_id=request_id, amount_nanos=amount_nanos, **owner)
+
+
+def request_log(tenant: Tenant, request_id: str, cost_nanos: int) -> RequestLog:
+    """An unsaved successful chat ``RequestLog`` of ``tenant``'s key that cost ``cost_nanos``."""
+    return RequestLog(
+        request_id=request_id,
+        organization_id=tenant.org.pk,
+        project_id=tenant.project.pk,
+        api_key_id=tenant.key.pk,
+        endpoint="chat",
+        status="ok",
+        http_status=200,
+        cost_nanos=cost_nanos,
+    )
 
 
 def postgres_only(why: str = "concurrent row locking") -> None:
@@ -57,6 +88,17 @@ def make_tenant() -> Callable[..., Tenant]:
         return Tenant(org=org, project=project, key=key)
 
     return make
+
+
+def arm_auto_recharge(tenant: Tenant, *, payment_method_id: str = "pm_card_visa") -> None:
+    """Auto-recharge of $10 on ``payment_method_id`` whenever ``tenant``'s balance falls below
+    $5 (localstripe's ``pm_card_chargeCustomerFail`` declines)."""
+    auto_recharge_configure(
+        organization=tenant.org,
+        payment_method_id=payment_method_id,
+        threshold_nanos=5 * USD,
+        amount_nanos=10 * USD,
+    )
 
 
 # --- Stripe: localstripe in-process, hand-made signed events ----------------------------------

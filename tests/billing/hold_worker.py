@@ -19,51 +19,31 @@ def main() -> None:
     import django
 
     django.setup()
-    from django.db import connection, connections
+    from django.db import connection
 
-    from billing.services import hold_open
-    from config.errors import InsufficientQuota
+    from tests.billing.attempts import HoldAttempts
 
     org, project, key, prefix, attempts, threads, amount = sys.argv[1:8]
     connection.ensure_connection()
     print("ready", flush=True)
     sys.stdin.readline()
-    ok: list[str] = []
-    errors: list[str] = []
-    refused = 0
-    lock = threading.Lock()
+    holds = HoldAttempts(
+        organization_id=int(org),
+        project_id=int(project),
+        api_key_id=int(key),
+        amount_nanos=int(amount),
+    )
 
     def work(t: int) -> None:
-        nonlocal refused
-        try:
-            for i in range(t, int(attempts), int(threads)):
-                rid = f"{prefix}-{i}"
-                try:
-                    hold_open(
-                        organization_id=int(org),
-                        project_id=int(project),
-                        api_key_id=int(key),
-                        request_id=rid,
-                        amount_nanos=int(amount),
-                    )
-                except InsufficientQuota:
-                    with lock:
-                        refused += 1
-                except Exception as exc:  # reported to the test, which fails on any
-                    with lock:
-                        errors.append(repr(exc))
-                else:
-                    with lock:
-                        ok.append(rid)
-        finally:
-            connections.close_all()
+        holds.run(f"{prefix}-{i}" for i in range(t, int(attempts), int(threads)))
 
     pool = [threading.Thread(target=work, args=(t,)) for t in range(int(threads))]
     for th in pool:
         th.start()
     for th in pool:
         th.join()
-    print(json.dumps({"ok": ok, "refused": refused, "errors": errors}), flush=True)
+    result = {"ok": holds.ok, "refused": len(holds.refused), "errors": holds.errors}
+    print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

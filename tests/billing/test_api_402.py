@@ -64,26 +64,26 @@ def test_empty_wallet_is_402_insufficient_quota_and_never_retried(api_base, issu
     assert len(SEEN) == 1
 
 
+@pytest.mark.parametrize(
+    ("budgeted", "code"),
+    [
+        pytest.param(
+            lambda: Project.objects.filter(name="p"), "project_budget_exceeded", id="project"
+        ),
+        pytest.param(
+            lambda: ApiKey.objects.filter(project__name="p"), "key_budget_exceeded", id="key"
+        ),
+    ],
+)
 @pytest.mark.django_db(transaction=True)
-def test_project_budget_is_402_with_its_own_code(api_base, issue_key):
+def test_a_spent_budget_is_402_with_its_own_code(api_base, issue_key, budgeted, code):
     key = issue_key(org="budgeted", project="p", credit_usd="5")
-    Project.objects.filter(name="p").update(monthly_budget_nanos=1_000_000)
+    budgeted().update(monthly_budget_nanos=1_000_000)
     SEEN.clear()
     with pytest.raises(openai.APIStatusError) as err:
         _call(api_base, key)
     assert err.value.status_code == 402
-    assert err.value.code == "project_budget_exceeded"
-    assert len(SEEN) == 1
-
-
-@pytest.mark.django_db(transaction=True)
-def test_key_budget_is_402_with_its_own_code(api_base, issue_key):
-    key = issue_key(org="key-budgeted", project="p", credit_usd="5")
-    ApiKey.objects.filter(project__name="p").update(monthly_budget_nanos=1_000_000)
-    with pytest.raises(openai.APIStatusError) as err:
-        _call(api_base, key)
-    assert err.value.status_code == 402
-    assert err.value.code == "key_budget_exceeded"
+    assert err.value.code == code
     assert len(SEEN) == 1
 
 

@@ -14,42 +14,18 @@ from django.utils import timezone
 from billing import tasks
 from billing.audit import EXPIRY_GRACE_S, audit_findings
 from billing.models import EntryKind, Hold, LedgerEntry, Wallet
-from billing.services import hold_open, hold_settle, holds_expire
+from billing.services import hold_settle, holds_expire
 from inference.models import RequestLog
-from tests.billing.conftest import USD, postgres_only
+from tests.billing.conftest import USD, open_hold, postgres_only, request_log
 
 pytestmark = pytest.mark.django_db
 
 
-def _open(t, rid: str, amount: int, *, ttl_s: int = 900) -> None:
-    hold_open(
-        organization_id=t.org.pk,
-        project_id=t.project.pk,
-        api_key_id=t.key.pk,
-        request_id=rid,
-        amount_nanos=amount,
-        ttl_s=ttl_s,
-    )
-
-
-def _log(t, rid: str, cost: int) -> RequestLog:
-    return RequestLog.objects.create(
-        request_id=rid,
-        organization_id=t.org.pk,
-        project_id=t.project.pk,
-        api_key_id=t.key.pk,
-        endpoint="chat",
-        status="ok",
-        http_status=200,
-        cost_nanos=cost,
-    )
-
-
 def _call(t, rid: str, cost: int, *, hold: int = USD) -> None:
     """A whole billed call as the request path makes it: hold, then log + settle together."""
-    _open(t, rid, hold)
+    open_hold(t, rid, hold)
     with transaction.atomic():
-        _log(t, rid, min(cost, hold))
+        request_log(t, rid, min(cost, hold)).save()
         hold_settle(request_id=rid, actual_nanos=cost)
 
 
@@ -62,8 +38,8 @@ def test_clean_books_have_no_findings(make_tenant, capsys):
     _call(t, "ok-1", 300_000_000)
     _call(t, "ok-2", 0)  # free call: no entry, no finding
     _call(t, "capped", 2 * USD, hold=USD)
-    _open(t, "in-flight", USD)
-    _open(t, "just-expired", USD, ttl_s=1)
+    open_hold(t, "in-flight", USD)
+    open_hold(t, "just-expired", USD, ttl_s=1)
     Hold.objects.filter(request_id="just-expired").update(
         expires_at=timezone.now() - dt.timedelta(seconds=EXPIRY_GRACE_S // 2)
     )
@@ -77,19 +53,19 @@ def test_clean_books_have_no_findings(make_tenant, capsys):
 def test_each_check_finds_its_fault_and_the_command_exits_1(make_tenant, capsys):
     t = make_tenant(balance_nanos=10 * USD)
     # negative cost in a request log
-    _log(t, "neg", -5)
+    request_log(t, "neg", -5).save()
     # a request log whose call was never charged, and one charged a different amount
-    _log(t, "free-ride", 700)
+    request_log(t, "free-ride", 700).save()
     _call(t, "differs", 500)
     RequestLog.objects.filter(request_id="differs").update(cost_nanos=600)
     # a usage entry with no request log
-    _open(t, "no-log", USD)
+    open_hold(t, "no-log", USD)
     hold_settle(request_id="no-log", actual_nanos=100)
     # a settled hold whose capture disagrees with its entry
     _call(t, "capture", 200)
     Hold.objects.filter(request_id="capture").update(captured_nanos=250)
     # a hold stuck open long past its expiry
-    _open(t, "stuck", USD)
+    open_hold(t, "stuck", USD)
     Hold.objects.filter(request_id="stuck").update(
         expires_at=timezone.now() - dt.timedelta(seconds=EXPIRY_GRACE_S + 60)
     )
@@ -158,14 +134,14 @@ def test_an_edited_entry_is_found_by_the_chain_alone(make_tenant):
 
 def test_late_partial_settlement_is_not_a_finding_but_its_hold_is_checked(make_tenant):
     t = make_tenant(balance_nanos=5 * USD)
-    _open(t, "slow", 4 * USD, ttl_s=1)
+    open_hold(t, "slow", 4 * USD, ttl_s=1)
     holds_expire(now=timezone.now() + dt.timedelta(seconds=5))
-    _open(t, "other", 4 * USD)
+    open_hold(t, "other", 4 * USD)
     with transaction.atomic():
-        _log(t, "slow", 3 * USD)  # the call cost 3; only 1 was left to collect
+        request_log(t, "slow", 3 * USD).save()  # the call cost 3; only 1 was left to collect
         assert hold_settle(request_id="slow", actual_nanos=3 * USD) == USD
     with transaction.atomic():
-        _log(t, "other", 2 * USD)
+        request_log(t, "other", 2 * USD).save()
         hold_settle(request_id="other", actual_nanos=2 * USD)
     assert audit_findings().drift == []
     # ... but the same shortfall without an expired hold behind it is a finding.
@@ -191,8 +167,8 @@ def test_queries_do_not_grow_with_the_number_of_rows(make_tenant):
 
 def test_the_beat_task_logs_each_finding_at_error(make_tenant, caplog):
     t = make_tenant(balance_nanos=USD)
-    _log(t, "free-ride", 700)
-    _log(t, "neg", -1)
+    request_log(t, "free-ride", 700).save()
+    request_log(t, "neg", -1).save()
     with caplog.at_level(logging.ERROR, logger="billing.tasks"):
         assert tasks.audit() == 2
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]

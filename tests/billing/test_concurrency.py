@@ -21,9 +21,9 @@ from django.db import connections
 from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Wallet
 from billing.selectors import ledger_sum
-from billing.services import hold_open, hold_settle
-from config.errors import InsufficientQuota
-from tests.billing.conftest import postgres_only
+from billing.services import hold_settle
+from tests.billing.attempts import HoldAttempts
+from tests.billing.conftest import open_hold, postgres_only
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -101,37 +101,12 @@ def test_holds_from_threads_and_processes_never_overspend(make_tenant):
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
 
-    ok: list[str] = []
-    errors: list[str] = []
-    refused = 0
-    lock = threading.Lock()
+    holds = HoldAttempts(**tenant.hold_owner(), amount_nanos=AMOUNT)
     gate = threading.Barrier(THREADS + 1)
 
     def work(t: int) -> None:
-        nonlocal refused
-        try:
-            gate.wait()
-            for i in range(t, IN_PROCESS, THREADS):
-                rid = f"t-{i}"
-                try:
-                    hold_open(
-                        organization_id=tenant.org.pk,
-                        project_id=tenant.project.pk,
-                        api_key_id=tenant.key.pk,
-                        request_id=rid,
-                        amount_nanos=AMOUNT,
-                    )
-                except InsufficientQuota:
-                    with lock:
-                        refused += 1
-                except Exception as exc:
-                    with lock:
-                        errors.append(repr(exc))
-                else:
-                    with lock:
-                        ok.append(rid)
-        finally:
-            connections.close_all()
+        gate.wait()
+        holds.run(f"t-{i}" for i in range(t, IN_PROCESS, THREADS))
 
     monitor = _Monitor(wallet_id)
     monitor.start()
@@ -145,6 +120,7 @@ def test_holds_from_threads_and_processes_never_overspend(make_tenant):
     gate.wait()
     for th in threads:
         th.join()
+    ok, refused, errors = list(holds.ok), len(holds.refused), list(holds.errors)
     for proc in procs:
         out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0
@@ -173,6 +149,7 @@ def test_holds_from_threads_and_processes_never_overspend(make_tenant):
 
     # Settle every successful hold from two threads at once: one debit each.
     charged: list[int] = []
+    lock = threading.Lock()
     settle_gate = threading.Barrier(2 * len(ok))
 
     def settle(rid: str) -> None:
@@ -214,13 +191,7 @@ def test_concurrent_double_settle_is_one_debit(make_tenant):
     tenant = make_tenant(balance_nanos=100 * AMOUNT)
     rids = [f"ds-{i}" for i in range(20)]
     for rid in rids:
-        hold_open(
-            organization_id=tenant.org.pk,
-            project_id=tenant.project.pk,
-            api_key_id=None,
-            request_id=rid,
-            amount_nanos=3 * AMOUNT,
-        )
+        open_hold(tenant, rid, 3 * AMOUNT, api_key_id=None)
     results: list[int] = []
     gate = threading.Barrier(2 * len(rids))
 

@@ -15,13 +15,12 @@ from billing.selectors import ledger_page, project_usage, wallet_summary
 from billing.services import (
     HoldExists,
     HoldNotFound,
-    hold_open,
     hold_settle,
     holds_expire,
     holds_renew,
 )
 from config.errors import InsufficientQuota
-from tests.billing.conftest import USD
+from tests.billing.conftest import USD, open_hold, request_log
 
 pytestmark = pytest.mark.django_db
 
@@ -41,18 +40,6 @@ def one(request, monkeypatch):
     return request.param
 
 
-def _open(t, rid, amount, *, budget=None, one=None, ttl_s=900):
-    hold_open(
-        organization_id=t.org.pk,
-        project_id=t.project.pk,
-        api_key_id=t.key.pk,
-        request_id=rid,
-        amount_nanos=amount,
-        budget_nanos=budget,
-        ttl_s=ttl_s,
-    )
-
-
 def _wallet(t) -> Wallet:
     return Wallet.objects.get(organization=t.org)
 
@@ -60,10 +47,10 @@ def _wallet(t) -> Wallet:
 @pytest.mark.parametrize("one", PATHS, indirect=True)
 def test_hold_reserves_and_settle_debits_actual_capped(make_tenant, one):
     t = make_tenant(balance_nanos=10 * USD)
-    _open(t, "req_a", 3 * USD, one=one)
+    open_hold(t, "req_a", 3 * USD)
     assert wallet_summary(organization_id=t.org.pk).available_nanos == 7 * USD
     assert hold_settle(request_id="req_a", actual_nanos=2 * USD) == 2 * USD
-    _open(t, "req_b", USD, one=one)
+    open_hold(t, "req_b", USD)
     assert hold_settle(request_id="req_b", actual_nanos=5 * USD) == USD  # capped at the hold
     w = _wallet(t)
     assert (w.balance_nanos, w.held_nanos) == (7 * USD, 0)
@@ -82,7 +69,7 @@ def test_hold_reserves_and_settle_debits_actual_capped(make_tenant, one):
 def test_insufficient_wallet_is_402_and_writes_nothing(make_tenant, one):
     t = make_tenant(balance_nanos=USD)
     with pytest.raises(InsufficientQuota) as err:
-        _open(t, "req_x", USD + 1, one=one)
+        open_hold(t, "req_x", USD + 1)
     assert err.value.code == "insufficient_quota"
     assert err.value.status == 402 and err.value.headers()["x-should-retry"] == "false"
     assert "available balance is $1" in err.value.message
@@ -90,29 +77,29 @@ def test_insufficient_wallet_is_402_and_writes_nothing(make_tenant, one):
     assert not Hold.objects.exists()
     assert _wallet(t).held_nanos == 0
     assert not ProjectSpend.objects.filter(held_nanos__gt=0).exists()
-    _open(t, "req_y", USD, one=one)  # exactly the balance is fine
+    open_hold(t, "req_y", USD)  # exactly the balance is fine
 
 
 def test_no_wallet_is_insufficient_quota(make_tenant):
     t = make_tenant()
     Wallet.objects.filter(organization=t.org).delete()
     with pytest.raises(InsufficientQuota) as err:
-        _open(t, "req_x", 1)
+        open_hold(t, "req_x", 1)
     assert err.value.code == "insufficient_quota"
 
 
 @pytest.mark.parametrize("one", PATHS, indirect=True)
 def test_project_budget_counts_usage_and_open_holds(make_tenant, one):
     t = make_tenant(balance_nanos=100 * USD, budget_nanos=5 * USD)
-    _open(t, "r1", 2 * USD, budget=5 * USD, one=one)
+    open_hold(t, "r1", 2 * USD, budget_nanos=5 * USD)
     hold_settle(request_id="r1", actual_nanos=2 * USD)  # used 2
-    _open(t, "r2", 2 * USD, budget=5 * USD, one=one)  # held 2
+    open_hold(t, "r2", 2 * USD, budget_nanos=5 * USD)  # held 2
     with pytest.raises(InsufficientQuota) as err:
-        _open(t, "r3", USD + 1, budget=5 * USD, one=one)  # 2 + 2 + 1.000000001 > 5
+        open_hold(t, "r3", USD + 1, budget_nanos=5 * USD)  # 2 + 2 + 1.000000001 > 5
     assert err.value.code == "project_budget_exceeded"
     assert "monthly budget of $5" in err.value.message
     assert err.value.available_nanos == USD  # 5 − 2 used − 2 held
-    _open(t, "r4", USD, budget=5 * USD, one=one)  # exactly 5
+    open_hold(t, "r4", USD, budget_nanos=5 * USD)  # exactly 5
     spend = ProjectSpend.objects.get(project=t.project)
     assert (spend.used_nanos, spend.held_nanos) == (2 * USD, 3 * USD)
     assert not audit_findings().money
@@ -120,7 +107,7 @@ def test_project_budget_counts_usage_and_open_holds(make_tenant, one):
 
 def test_settle_twice_is_one_debit_and_same_result(make_tenant):
     t = make_tenant(balance_nanos=10 * USD)
-    _open(t, "req_a", 3 * USD)
+    open_hold(t, "req_a", 3 * USD)
     assert hold_settle(request_id="req_a", actual_nanos=USD) == USD
     assert hold_settle(request_id="req_a", actual_nanos=2 * USD) == USD
     assert LedgerEntry.objects.filter(kind=EntryKind.USAGE).count() == 1
@@ -129,7 +116,7 @@ def test_settle_twice_is_one_debit_and_same_result(make_tenant):
 
 def test_settle_zero_releases_without_entry(make_tenant):
     t = make_tenant(balance_nanos=10 * USD)
-    _open(t, "req_a", 3 * USD)
+    open_hold(t, "req_a", 3 * USD)
     assert hold_settle(request_id="req_a", actual_nanos=0) == 0
     assert not LedgerEntry.objects.filter(kind=EntryKind.USAGE).exists()
     w = _wallet(t)
@@ -141,16 +128,16 @@ def test_unknown_and_duplicate_request_ids(make_tenant):
     t = make_tenant(balance_nanos=10 * USD)
     with pytest.raises(HoldNotFound):
         hold_settle(request_id="nope", actual_nanos=1)
-    _open(t, "req_a", 1)
+    open_hold(t, "req_a", 1)
     with pytest.raises(HoldExists):
-        _open(t, "req_a", 1)
+        open_hold(t, "req_a", 1)
     assert _wallet(t).held_nanos == 1
 
 
 def test_expired_hold_is_released_visibly_and_late_settle_still_charges(make_tenant):
     t = make_tenant(balance_nanos=10 * USD)
-    _open(t, "req_dead", 4 * USD, ttl_s=1)
-    _open(t, "req_alive", USD)
+    open_hold(t, "req_dead", 4 * USD, ttl_s=1)
+    open_hold(t, "req_alive", USD)
     assert holds_expire(now=timezone.now() + dt.timedelta(seconds=5)) == 1
     assert holds_expire(now=timezone.now() + dt.timedelta(seconds=5)) == 0
     w = _wallet(t)
@@ -185,18 +172,18 @@ def test_billing_audit_command_reports_drift(make_tenant, capsys):
 
 def test_402_carries_what_is_available_after_open_holds(make_tenant):
     t = make_tenant(balance_nanos=USD)
-    _open(t, "req_a", 300_000_000)
+    open_hold(t, "req_a", 300_000_000)
     with pytest.raises(InsufficientQuota) as err:
-        _open(t, "req_b", USD)
+        open_hold(t, "req_b", USD)
     assert err.value.code == "insufficient_quota"
     assert err.value.available_nanos == 700_000_000
 
 
 def test_renewal_keeps_live_holds_from_expiring(make_tenant):
     t = make_tenant(balance_nanos=10 * USD)
-    _open(t, "live", USD, ttl_s=1)
-    _open(t, "dead", USD, ttl_s=1)
-    _open(t, "done", USD, ttl_s=1)
+    open_hold(t, "live", USD, ttl_s=1)
+    open_hold(t, "dead", USD, ttl_s=1)
+    open_hold(t, "done", USD, ttl_s=1)
     hold_settle(request_id="done", actual_nanos=USD)
     before = timezone.now()
     assert holds_renew(request_ids=["live", "done", "unknown"], ttl_s=600) == 1
@@ -217,9 +204,9 @@ def test_late_settlement_charges_at_most_what_is_available(make_tenant, one):
     """The expired hold's money was reserved again by another call: the late settlement
     takes only what is left, never driving the balance below what is held or below zero."""
     t = make_tenant(balance_nanos=10 * USD)
-    _open(t, "slow", 4 * USD, ttl_s=1, one=one)
+    open_hold(t, "slow", 4 * USD, ttl_s=1)
     assert holds_expire(now=timezone.now() + dt.timedelta(seconds=5)) == 1
-    _open(t, "other", 8 * USD, one=one)  # possible only because the slow hold was released
+    open_hold(t, "other", 8 * USD)  # possible only because the slow hold was released
     assert hold_settle(request_id="slow", actual_nanos=3 * USD) == 2 * USD
     assert hold_settle(request_id="slow", actual_nanos=3 * USD) == 2 * USD  # exactly once
     w = _wallet(t)
@@ -237,9 +224,9 @@ def test_late_settlement_charges_at_most_what_is_available(make_tenant, one):
 
 def test_late_settlement_with_nothing_available_writes_a_zero_entry(make_tenant):
     t = make_tenant(balance_nanos=5 * USD)
-    _open(t, "slow", 5 * USD, ttl_s=1)
+    open_hold(t, "slow", 5 * USD, ttl_s=1)
     holds_expire(now=timezone.now() + dt.timedelta(seconds=5))
-    _open(t, "other", 5 * USD)
+    open_hold(t, "other", 5 * USD)
     assert hold_settle(request_id="slow", actual_nanos=USD, description="chat m") == 0
     w = _wallet(t)
     assert (w.balance_nanos, w.held_nanos) == (5 * USD, 5 * USD)
@@ -249,27 +236,12 @@ def test_late_settlement_with_nothing_available_writes_a_zero_entry(make_tenant)
     assert not audit_findings().money
 
 
-def _log(rid: str, t, cost: int):
-    from inference.models import RequestLog
-
-    return RequestLog(
-        request_id=rid,
-        organization_id=t.org.pk,
-        project_id=t.project.pk,
-        api_key_id=t.key.pk,
-        endpoint="chat",
-        status="ok",
-        http_status=200,
-        cost_nanos=cost,
-    )
-
-
 @pytest.mark.parametrize("one", PATHS, indirect=True)
 def test_settle_inside_the_callers_transaction_with_the_request_log(make_tenant, one):
     t = make_tenant(balance_nanos=10 * USD)
-    _open(t, "req_a", 3 * USD, one=one)
+    open_hold(t, "req_a", 3 * USD)
     with transaction.atomic():
-        _log("req_a", t, 2 * USD).save()
+        request_log(t, "req_a", 2 * USD).save()
         assert hold_settle(request_id="req_a", actual_nanos=2 * USD) == 2 * USD
     assert _wallet(t).balance_nanos == 8 * USD
     with transaction.atomic():  # again: still exactly once

@@ -6,14 +6,14 @@ import asyncio
 import threading
 
 import pytest
-from django.db import connections
 
 from accounts.services import api_key_create
 from billing.models import Hold, HoldStatus, Wallet
-from billing.services import CODE_KEY_BUDGET, ahold_open, hold_open, hold_settle
+from billing.services import CODE_KEY_BUDGET, ahold_open, hold_settle
 from config import adb
 from config.errors import InsufficientQuota
-from tests.billing.conftest import USD, postgres_only
+from tests.billing.attempts import HoldAttempts
+from tests.billing.conftest import USD, open_hold, postgres_only
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,59 +23,34 @@ PER_THREAD = 12
 
 
 def _open(tenant, key_id: int, rid: str, amount: int, key_budget: int | None) -> None:
-    hold_open(
-        organization_id=tenant.org.pk,
-        project_id=tenant.project.pk,
-        api_key_id=key_id,
-        request_id=rid,
-        amount_nanos=amount,
-        key_budget_nanos=key_budget,
-    )
+    open_hold(tenant, rid, amount, api_key_id=key_id, key_budget_nanos=key_budget)
 
 
 def test_concurrent_holds_on_one_key_never_exceed_its_budget(make_tenant):
     postgres_only()
     tenant = make_tenant(balance_nanos=USD)  # the wallet could pay for every hold
     budget = 5 * AMOUNT
-    ok: list[str] = []
-    refused: list[str] = []
-    errors: list[str] = []
-    lock = threading.Lock()
+    holds = HoldAttempts(**tenant.hold_owner(), amount_nanos=AMOUNT, key_budget_nanos=budget)
     gate = threading.Barrier(THREADS)
 
     def work(t: int) -> None:
-        try:
-            gate.wait()
-            for i in range(PER_THREAD):
-                rid = f"kb-{t}-{i}"
-                try:
-                    _open(tenant, tenant.key.pk, rid, AMOUNT, budget)
-                except InsufficientQuota as exc:
-                    with lock:
-                        refused.append(exc.code)
-                except Exception as exc:
-                    with lock:
-                        errors.append(repr(exc))
-                else:
-                    with lock:
-                        ok.append(rid)
-        finally:
-            connections.close_all()
+        gate.wait()
+        holds.run(f"kb-{t}-{i}" for i in range(PER_THREAD))
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    assert not errors
-    assert len(ok) == 5
-    assert refused == [CODE_KEY_BUDGET] * (THREADS * PER_THREAD - 5)
+    assert not holds.errors
+    assert len(holds.ok) == 5
+    assert holds.refused == [CODE_KEY_BUDGET] * (THREADS * PER_THREAD - 5)
     open_rids = set(
         Hold.objects.filter(api_key=tenant.key, status=HoldStatus.OPEN).values_list(
             "request_id", flat=True
         )
     )
-    assert open_rids == set(ok)
+    assert open_rids == set(holds.ok)
     assert Wallet.objects.get(organization=tenant.org).held_nanos == budget
 
 
@@ -90,9 +65,7 @@ def test_concurrent_async_holds_on_one_key_never_exceed_its_budget(make_tenant):
             return await asyncio.gather(
                 *(
                     ahold_open(
-                        organization_id=tenant.org.pk,
-                        project_id=tenant.project.pk,
-                        api_key_id=tenant.key.pk,
+                        **tenant.hold_owner(),
                         request_id=f"akb-{n}",
                         amount_nanos=AMOUNT,
                         key_budget_nanos=budget,

@@ -7,11 +7,12 @@ import secrets
 
 import pytest
 from django.db import DatabaseError, connection, transaction
+from django.db.backends.utils import CursorWrapper
 
 from accounts.services import project_create
 from billing.models import EntryKind, LedgerEntry
-from billing.services import hold_open, hold_settle
-from tests.billing.conftest import USD, postgres_only
+from billing.services import hold_settle
+from tests.billing.conftest import USD, open_hold, postgres_only
 
 pytestmark = pytest.mark.django_db
 
@@ -19,13 +20,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def entry(make_tenant) -> LedgerEntry:
     t = make_tenant(balance_nanos=10 * USD)
-    hold_open(
-        organization_id=t.org.pk,
-        project_id=t.project.pk,
-        api_key_id=t.key.pk,
-        request_id="req_a",
-        amount_nanos=USD,
-    )
+    open_hold(t, "req_a", USD)
     hold_settle(request_id="req_a", actual_nanos=USD)
     return LedgerEntry.objects.get(kind=EntryKind.USAGE)
 
@@ -68,15 +63,21 @@ def test_delete_is_refused(entry):
     assert LedgerEntry.objects.filter(pk=entry.pk).exists()
 
 
+def _new_role(cur: CursorWrapper) -> str:
+    """A new NOLOGIN, non-superuser role, rolled back with the test transaction. The deferred FK
+    checks of the rows inserted so far run first: PostgreSQL refuses a TRUNCATE of a table with
+    pending trigger events whatever our trigger says."""
+    role = f"infrai_test_app_{secrets.token_hex(4)}"
+    cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    cur.execute(f"CREATE ROLE {role} NOLOGIN NOSUPERUSER")
+    return role
+
+
 def test_truncate_is_refused_to_a_role_that_does_not_own_the_ledger(entry):
     """Even with the TRUNCATE privilege granted (e.g. a careless ``GRANT ALL``)."""
     postgres_only("roles and TRUNCATE")
-    role = f"infrai_test_app_{secrets.token_hex(4)}"  # rolled back with the test transaction
     with connection.cursor() as cur:
-        # Run the deferred FK checks of the rows inserted above now: PostgreSQL refuses a
-        # TRUNCATE of a table with pending trigger events whatever our trigger says.
-        cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        cur.execute(f"CREATE ROLE {role} NOLOGIN")
+        role = _new_role(cur)
         cur.execute(f"GRANT TRUNCATE, SELECT ON billing_ledgerentry TO {role}")
         with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
             cur.execute(f"SET LOCAL ROLE {role}")
@@ -99,10 +100,8 @@ def test_truncate_is_refused_to_a_role_that_does_not_own_the_ledger(entry):
 def test_the_documented_app_role_grants_append_and_reference_nulling_only(entry):
     """docs/billing.md's GRANTs, applied to a fresh non-superuser role, do what they say."""
     postgres_only("roles and GRANTs")
-    role = f"infrai_test_app_{secrets.token_hex(4)}"  # rolled back with the test transaction
     with connection.cursor() as cur:
-        cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        cur.execute(f"CREATE ROLE {role} NOLOGIN NOSUPERUSER")
+        role = _new_role(cur)
         cur.execute(
             f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
         )

@@ -8,20 +8,14 @@ import pytest
 from django.db import connections
 
 from billing.models import EntryKind, LedgerEntry, Wallet
-from billing.services import hold_open, hold_settle
-from billing.services.recharge import auto_recharge_configure, auto_recharge_wallet
+from billing.services import hold_settle
+from billing.services.recharge import auto_recharge_wallet
 from billing.tasks import auto_recharge_sweep
-from tests.billing.conftest import USD, postgres_only
+from tests.billing.conftest import USD, arm_auto_recharge, open_hold, postgres_only
 
 
 def _spend(tenant, rid: str, amount: int) -> None:
-    hold_open(
-        organization_id=tenant.org.pk,
-        project_id=tenant.project.pk,
-        api_key_id=None,
-        request_id=rid,
-        amount_nanos=amount,
-    )
+    open_hold(tenant, rid, amount, api_key_id=None)
     hold_settle(request_id=rid, actual_nanos=amount)
 
 
@@ -34,12 +28,7 @@ def test_falling_below_threshold_charges_once_per_crossing(
     make_tenant, stripe_settings, django_capture_on_commit_callbacks
 ):
     tenant = make_tenant(balance_nanos=6 * USD)
-    auto_recharge_configure(
-        organization=tenant.org,
-        payment_method_id="pm_card_visa",
-        threshold_nanos=5 * USD,
-        amount_nanos=10 * USD,
-    )
+    arm_auto_recharge(tenant)
     with django_capture_on_commit_callbacks(execute=True):
         _spend(tenant, "r1", 2 * USD)  # 6 → 4: crosses, the settle queues the recharge
     assert _wallet(tenant).balance_nanos == 14 * USD
@@ -59,12 +48,7 @@ def test_decline_is_recorded_and_not_retried_until_the_next_crossing(
     make_tenant, stripe_settings, django_capture_on_commit_callbacks
 ):
     tenant = make_tenant(balance_nanos=6 * USD)
-    auto_recharge_configure(
-        organization=tenant.org,
-        payment_method_id="pm_card_chargeCustomerFail",
-        threshold_nanos=5 * USD,
-        amount_nanos=10 * USD,
-    )
+    arm_auto_recharge(tenant, payment_method_id="pm_card_chargeCustomerFail")
     with django_capture_on_commit_callbacks(execute=True):
         _spend(tenant, "r1", 2 * USD)
     wallet = _wallet(tenant)
@@ -80,12 +64,7 @@ def test_decline_is_recorded_and_not_retried_until_the_next_crossing(
 def test_concurrent_triggers_charge_once(make_tenant, stripe_settings):
     postgres_only()
     tenant = make_tenant(balance_nanos=USD)
-    auto_recharge_configure(
-        organization=tenant.org,
-        payment_method_id="pm_card_visa",
-        threshold_nanos=5 * USD,
-        amount_nanos=10 * USD,
-    )
+    arm_auto_recharge(tenant)
     outcomes: list[str] = []
     gate = threading.Barrier(6)
 

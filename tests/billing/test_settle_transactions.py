@@ -14,9 +14,9 @@ from django.test.utils import CaptureQueriesContext
 
 from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Wallet
-from billing.services import aholds_renew, hold_open, hold_settle
+from billing.services import aholds_renew, hold_settle
 from inference.models import RequestLog
-from tests.billing.conftest import USD, postgres_only
+from tests.billing.conftest import USD, open_hold, postgres_only, request_log
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,33 +25,10 @@ class _Boom(Exception):
     pass
 
 
-def _open(t, rid: str, amount: int = USD) -> None:
-    hold_open(
-        organization_id=t.org.pk,
-        project_id=t.project.pk,
-        api_key_id=t.key.pk,
-        request_id=rid,
-        amount_nanos=amount,
-    )
-
-
-def _log(t, rid: str, cost: int) -> RequestLog:
-    return RequestLog(
-        request_id=rid,
-        organization_id=t.org.pk,
-        project_id=t.project.pk,
-        api_key_id=t.key.pk,
-        endpoint="chat",
-        status="ok",
-        http_status=200,
-        cost_nanos=cost,
-    )
-
-
 def test_autocommit_settle_is_one_statement_on_postgresql(make_tenant):
     postgres_only("the one-statement settlement")
     t = make_tenant(balance_nanos=10 * USD)
-    _open(t, "auto")
+    open_hold(t, "auto", USD)
     assert not connection.in_atomic_block
     with CaptureQueriesContext(connection) as queries:
         assert hold_settle(request_id="auto", actual_nanos=300) == 300
@@ -61,9 +38,9 @@ def test_autocommit_settle_is_one_statement_on_postgresql(make_tenant):
 
 def test_log_and_settlement_commit_together(make_tenant):
     t = make_tenant(balance_nanos=10 * USD)
-    _open(t, "together")
+    open_hold(t, "together", USD)
     with transaction.atomic():
-        _log(t, "together", 400).save()
+        request_log(t, "together", 400).save()
         assert hold_settle(request_id="together", actual_nanos=400) == 400
     assert RequestLog.objects.filter(request_id="together").exists()
     assert LedgerEntry.objects.get(kind=EntryKind.USAGE).amount_nanos == -400
@@ -72,9 +49,9 @@ def test_log_and_settlement_commit_together(make_tenant):
 
 def test_a_rolled_back_callers_block_leaves_the_hold_open_to_settle_again(make_tenant):
     t = make_tenant(balance_nanos=10 * USD)
-    _open(t, "undone")
+    open_hold(t, "undone", USD)
     with pytest.raises(_Boom), transaction.atomic():
-        _log(t, "undone", 400).save()
+        request_log(t, "undone", 400).save()
         assert hold_settle(request_id="undone", actual_nanos=400) == 400
         raise _Boom
     assert not RequestLog.objects.exists()
@@ -91,8 +68,8 @@ def test_a_rolled_back_callers_block_leaves_the_hold_open_to_settle_again(make_t
 
 def test_async_renewal_commits_from_its_worker_thread(make_tenant):
     t = make_tenant(balance_nanos=10 * USD)
-    _open(t, "r1")
-    _open(t, "r2")
+    open_hold(t, "r1", USD)
+    open_hold(t, "r2", USD)
     hold_settle(request_id="r2", actual_nanos=0)
     before = Hold.objects.get(request_id="r1").expires_at
     assert async_to_sync(aholds_renew)(request_ids=["r1", "r2"], ttl_s=3600) == 1

@@ -12,9 +12,16 @@ import pytest
 from billing import stripe_gateway
 from billing.audit import audit_findings
 from billing.models import EntryKind, LedgerEntry, StripeEvent, StripeEventStatus, TopUp, Wallet
-from billing.services.recharge import auto_recharge_configure, auto_recharge_wallet
+from billing.services.recharge import auto_recharge_wallet
 from billing.services.topups import topup_checkout_start
-from tests.billing.conftest import USD, WEBHOOK_SECRET, postgres_only, signed, stripe_event
+from tests.billing.conftest import (
+    USD,
+    WEBHOOK_SECRET,
+    arm_auto_recharge,
+    postgres_only,
+    signed,
+    stripe_event,
+)
 
 URL = "/billing/stripe/webhook"
 CENT = 10_000_000
@@ -287,55 +294,27 @@ def test_dispute_on_an_auto_recharge_charge_in_any_order(
 ):
     """The charge is real (localstripe); the dispute events are hand-made and signed."""
     tenant = make_tenant()
-    auto_recharge_configure(
-        organization=tenant.org,
-        payment_method_id="pm_card_visa",
-        threshold_nanos=5 * USD,
-        amount_nanos=10 * USD,
-    )
+    arm_auto_recharge(tenant)
     assert auto_recharge_wallet(wallet_id=tenant.org.wallet.pk) == "charged"
     entry = LedgerEntry.objects.get(kind=EntryKind.AUTO_RECHARGE)
     intent = stripe_gateway.client().v1.payment_intents.retrieve(entry.external_ref)
     charge_id = (
         intent.latest_charge if isinstance(intent.latest_charge, str) else intent.latest_charge.id
     )
+
+    def dispute(dispute_id: str, type_: str, status: str, **more: str) -> dict:
+        obj = {"id": dispute_id, "object": "dispute", "amount": 400, "currency": "usd",
+               "charge": charge_id, "status": status, **more}  # fmt: skip
+        return stripe_event(type_, obj)
+
     for n, order in enumerate([("created", "won"), ("won", "created"), ("created", "lost")]):
         dispute_id = f"dp_{n}"
         events = {
-            "created": stripe_event(
-                "charge.dispute.created",
-                {
-                    "id": dispute_id,
-                    "object": "dispute",
-                    "amount": 400,
-                    "currency": "usd",
-                    "charge": charge_id,
-                    "status": "needs_response",
-                    "reason": "fraudulent",
-                },
+            "created": dispute(
+                dispute_id, "charge.dispute.created", "needs_response", reason="fraudulent"
             ),
-            "won": stripe_event(
-                "charge.dispute.closed",
-                {
-                    "id": dispute_id,
-                    "object": "dispute",
-                    "amount": 400,
-                    "currency": "usd",
-                    "charge": charge_id,
-                    "status": "won",
-                },
-            ),
-            "lost": stripe_event(
-                "charge.dispute.closed",
-                {
-                    "id": dispute_id,
-                    "object": "dispute",
-                    "amount": 400,
-                    "currency": "usd",
-                    "charge": charge_id,
-                    "status": "lost",
-                },
-            ),
+            "won": dispute(dispute_id, "charge.dispute.closed", "won"),
+            "lost": dispute(dispute_id, "charge.dispute.closed", "lost"),
         }
         for name in (*order, order[0]):
             assert _post(client, events[name]).status_code == 200
