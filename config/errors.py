@@ -13,29 +13,41 @@ in step).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict, Unpack
+
+
+class ErrorOptions(TypedDict, total=False):
+    """What every :class:`ApiError` may be given besides its message: ``code`` (else the class's
+    default), ``param`` (the request field at fault) and extra response ``headers``."""
+
+    code: str | None
+    param: str | None
+    headers: dict[str, str] | None
 
 
 class ApiError(Exception):
-    """An error with an OpenAI-shaped body. Subclasses fix status, type and default code."""
+    """An error with an OpenAI-shaped body.
+
+    A subclass fixes its status, type and default code in its class line
+    (``class NotFound(ApiError, status=404, type="invalid_request_error", code="not_found")``).
+    """
 
     status: ClassVar[int] = 500
     type: ClassVar[str] = "api_error"
     default_code: ClassVar[str] = "internal_error"
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str | None = None,
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
+    def __init_subclass__(cls, *, status: int, type: str, code: str, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.status = status
+        cls.type = type
+        cls.default_code = code
+
+    def __init__(self, message: str, **options: Unpack[ErrorOptions]) -> None:
         super().__init__(message)
         self.message = message
-        self.code = code or self.default_code
-        self.param = param
-        self._headers = headers or {}
+        self.code = options.get("code") or self.default_code
+        self.param = options.get("param")
+        self._headers = options.get("headers") or {}
 
     def headers(self) -> dict[str, str]:
         """Extra response headers (``retry-after``, ``x-should-retry`` …)."""
@@ -56,42 +68,26 @@ class ApiError(Exception):
         return f"{type(self).__name__}({self.status}, {self.code!r}, {self.message!r})"
 
 
-class InvalidRequest(ApiError):
+class InvalidRequest(ApiError, status=400, type="invalid_request_error", code="invalid_value"):
     """400: the request is malformed or breaks a rule. ``param`` names the field."""
 
-    status = 400
-    type = "invalid_request_error"
-    default_code = "invalid_value"
 
-
-class AuthenticationFailed(ApiError):
+class AuthenticationFailed(
+    ApiError, status=401, type="authentication_error", code="invalid_api_key"
+):
     """401: missing, malformed, unknown, revoked or expired API key."""
 
-    status = 401
-    type = "authentication_error"
-    default_code = "invalid_api_key"
 
-
-class InsufficientQuota(ApiError):
+class InsufficientQuota(ApiError, status=402, type="insufficient_quota", code="insufficient_quota"):
     """402: the wallet (``insufficient_quota``) or a project budget cannot pay for the call.
 
     Carries ``x-should-retry: false`` so the OpenAI SDKs never retry it.
     """
 
-    status = 402
-    type = "insufficient_quota"
-    default_code = "insufficient_quota"
-
     def __init__(
-        self,
-        message: str,
-        *,
-        code: str | None = None,
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-        available_nanos: int | None = None,
+        self, message: str, *, available_nanos: int | None = None, **options: Unpack[ErrorOptions]
     ) -> None:
-        super().__init__(message, code=code, param=param, headers=headers)
+        super().__init__(message, **options)
         #: What the caller could still reserve, in nano-USD (``None`` when not known): lets the
         #: request path say which ``max_tokens`` would fit.
         self.available_nanos = available_nanos
@@ -100,55 +96,33 @@ class InsufficientQuota(ApiError):
         return {**super().headers(), "x-should-retry": "false"}
 
 
-class PermissionDenied(ApiError):
+class PermissionDenied(ApiError, status=403, type="permission_error", code="permission_denied"):
     """403: authenticated, but not allowed to do this."""
 
-    status = 403
-    type = "permission_error"
-    default_code = "permission_denied"
 
-
-class NotFound(ApiError):
+class NotFound(ApiError, status=404, type="invalid_request_error", code="not_found"):
     """404: unknown path or model."""
 
-    status = 404
-    type = "invalid_request_error"
-    default_code = "not_found"
 
-
-class MethodNotAllowed(ApiError):
+class MethodNotAllowed(
+    ApiError, status=405, type="invalid_request_error", code="method_not_allowed"
+):
     """405: the path exists, the method does not."""
 
-    status = 405
-    type = "invalid_request_error"
-    default_code = "method_not_allowed"
 
-
-class RequestTooLarge(ApiError):
+class RequestTooLarge(ApiError, status=413, type="invalid_request_error", code="request_too_large"):
     """413: the body is larger than the configured limit."""
 
-    status = 413
-    type = "invalid_request_error"
-    default_code = "request_too_large"
 
-
-class RateLimited(ApiError):
+class RateLimited(ApiError, status=429, type="rate_limit_error", code="rate_limit_exceeded"):
     """429: a per-key limit is exhausted; ``retry-after`` says when to come back."""
 
-    status = 429
-    type = "rate_limit_error"
-    default_code = "rate_limit_exceeded"
 
-
-class UpstreamError(ApiError):
+class UpstreamError(ApiError, status=502, type="api_error", code="vendor_error"):
     """502: every candidate vendor failed (after failover)."""
 
-    status = 502
-    type = "api_error"
-    default_code = "vendor_error"
 
-
-class NoRoutableOffering(ApiError):
+class NoRoutableOffering(ApiError, status=503, type="api_error", code="no_routable_offering"):
     """503: nothing in the catalog can serve the request right now.
 
     ``permanent``: it will not change by waiting (the only offerings are disabled or their
@@ -157,20 +131,10 @@ class NoRoutableOffering(ApiError):
     retried.
     """
 
-    status = 503
-    type = "api_error"
-    default_code = "no_routable_offering"
-
     def __init__(
-        self,
-        message: str,
-        *,
-        code: str | None = None,
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-        permanent: bool = False,
+        self, message: str, *, permanent: bool = False, **options: Unpack[ErrorOptions]
     ) -> None:
-        super().__init__(message, code=code, param=param, headers=headers)
+        super().__init__(message, **options)
         self.permanent = permanent
 
     def headers(self) -> dict[str, str]:
@@ -180,20 +144,12 @@ class NoRoutableOffering(ApiError):
         return out
 
 
-class ServiceUnavailable(ApiError):
+class ServiceUnavailable(ApiError, status=503, type="api_error", code="service_unavailable"):
     """503: this process cannot take the call now (it is shutting down); retrying may work."""
 
-    status = 503
-    type = "api_error"
-    default_code = "service_unavailable"
 
-
-class UpstreamTimeout(ApiError):
+class UpstreamTimeout(ApiError, status=504, type="api_error", code="vendor_timeout"):
     """504: every candidate vendor timed out."""
-
-    status = 504
-    type = "api_error"
-    default_code = "vendor_timeout"
 
 
 def invalid_type(param: str, expected: str) -> InvalidRequest:
