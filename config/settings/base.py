@@ -76,33 +76,31 @@ DATA_DIR = Path(env("INFRAI_DATA_DIR", default=str(BASE_DIR / "var")))
 DATABASES = {
     "default": env.db("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'infrai.sqlite3'}"),
 }
+DATABASES["default"].setdefault("OPTIONS", {})
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    DATABASES["default"].setdefault("OPTIONS", {})
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"]["pool"] = {"min_size": 1, "max_size": 16, "timeout": 10}
 else:
-    DATABASES["default"].setdefault("OPTIONS", {})
     DATABASES["default"]["OPTIONS"].update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
 
 REDIS_URL = env("REDIS_URL", default="")
+# Prefix of every key infrai keeps in the cache/Redis (and of its channel-layer groups).
+INFRAI_CACHE_PREFIX = env("INFRAI_CACHE_PREFIX", default="infrai")
 if REDIS_URL:
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,
-            "KEY_PREFIX": env("INFRAI_CACHE_PREFIX", default="infrai"),
+            "KEY_PREFIX": INFRAI_CACHE_PREFIX,
         }
     }
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {
-                "hosts": [REDIS_URL],
-                "prefix": env("INFRAI_CACHE_PREFIX", default="infrai"),
-            },
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": INFRAI_CACHE_PREFIX},
         }
     }
 else:
@@ -186,8 +184,6 @@ INFRAI_DRAIN_S = env.float("INFRAI_DRAIN_S", default=20.0)
 # PostgreSQL connections per web process for the /v1 hot path's own statements (hold, log and
 # settle: config/adb.py), beside Django's pool for everything else.
 INFRAI_ASYNC_DB_POOL_SIZE = env.int("INFRAI_ASYNC_DB_POOL_SIZE", default=16)
-# Prefix of every key infrai keeps in the cache/Redis.
-INFRAI_CACHE_PREFIX = env("INFRAI_CACHE_PREFIX", default="infrai")
 
 # --- catalog and routing ----------------------------------------------------------------------
 # How often a process checks the shared catalog version, and rebuilds its snapshot at the latest.
