@@ -10,7 +10,7 @@ warning on every catalog list page.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -85,6 +85,16 @@ class CatalogChangeMixin:
         catalog_changed()
 
 
+def _in_usd(column: str, description: str) -> Callable[[Any, Any], str]:
+    """An admin column showing the nano-USD field ``column`` as exact USD, sorted by it."""
+
+    @admin.display(description=description, ordering=column)
+    def show(self: Any, obj: Any) -> str:
+        return nanos_to_usd_str(getattr(obj, column))
+
+    return show
+
+
 class OfferingInline(admin.TabularInline):
     model = Offering
     extra = 0
@@ -111,31 +121,15 @@ class PriceInline(admin.TabularInline):
         return ()  # existing rows render read-only through the formset (no change permission)
 
     # Existing rows are shown read-only, in USD (these name the form's USD fields).
-    @admin.display(description="input $/1M tok")
-    def input_per_mtok_usd(self, obj: Price) -> str:
-        return nanos_to_usd_str(obj.input_per_mtok_nanos)
-
-    @admin.display(description="cached input $/1M tok")
-    def cached_input_per_mtok_usd(self, obj: Price) -> str:
-        return nanos_to_usd_str(obj.cached_input_per_mtok_nanos)
-
-    @admin.display(description="output $/1M tok")
-    def output_per_mtok_usd(self, obj: Price) -> str:
-        return nanos_to_usd_str(obj.output_per_mtok_nanos)
-
-    @admin.display(description="speech $/1M chars")
-    def per_mchar_usd(self, obj: Price) -> str:
-        return nanos_to_usd_str(obj.per_mchar_nanos)
-
-    @admin.display(description="audio $/s")
-    def per_audio_second_usd(self, obj: Price) -> str:
-        return nanos_to_usd_str(obj.per_audio_second_nanos)
+    input_per_mtok_usd = _in_usd("input_per_mtok_nanos", "input $/1M tok")
+    cached_input_per_mtok_usd = _in_usd("cached_input_per_mtok_nanos", "cached input $/1M tok")
+    output_per_mtok_usd = _in_usd("output_per_mtok_nanos", "output $/1M tok")
+    per_mchar_usd = _in_usd("per_mchar_nanos", "speech $/1M chars")
+    per_audio_second_usd = _in_usd("per_audio_second_nanos", "audio $/s")
 
     @admin.display(description="images $ each")
     def per_image_usd(self, obj: Price) -> str:
-        return json.dumps(
-            {k: nanos_to_usd_str(int(v)) for k, v in (obj.per_image_nanos or {}).items()}
-        )
+        return json.dumps(obj.per_image_usd())
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -349,10 +343,5 @@ class PriceAdmin(CatalogChangeMixin, admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    @admin.display(description="input $/1M tokens", ordering="input_per_mtok_nanos")
-    def input_usd(self, obj: Price) -> str:
-        return nanos_to_usd_str(obj.input_per_mtok_nanos)
-
-    @admin.display(description="output $/1M tokens", ordering="output_per_mtok_nanos")
-    def output_usd(self, obj: Price) -> str:
-        return nanos_to_usd_str(obj.output_per_mtok_nanos)
+    input_usd = _in_usd("input_per_mtok_nanos", "input $/1M tokens")
+    output_usd = _in_usd("output_per_mtok_nanos", "output $/1M tokens")

@@ -41,17 +41,11 @@ from django.apps.registry import Apps
 from django.db import transaction
 from django.utils import timezone
 
+from catalog.models import MODEL_FIELDS, USD_PRICES, Model, Offering, ParameterRule, Price, Vendor
 from money.usd import nanos_to_usd_str, usd_to_nanos
 
 SEED_PATH = Path(__file__).resolve().parent / "seed" / "catalog.yaml"
 
-_PRICE_FIELDS = (
-    ("input_per_mtok_usd", "input_per_mtok_nanos"),
-    ("cached_input_per_mtok_usd", "cached_input_per_mtok_nanos"),
-    ("output_per_mtok_usd", "output_per_mtok_nanos"),
-    ("per_mchar_usd", "per_mchar_nanos"),
-    ("per_audio_second_usd", "per_audio_second_nanos"),
-)
 _VENDOR_FIELDS = (
     "display_name",
     "adapter_kind",
@@ -61,18 +55,6 @@ _VENDOR_FIELDS = (
     "region",
     "enabled",
     "notes",
-)
-_MODEL_FIELDS = (
-    "display_name",
-    "owned_by",
-    "description",
-    "capabilities",
-    "tasks",
-    "context_window",
-    "max_output_tokens",
-    "embedding_dimensions",
-    "quality_tier",
-    "tokenizer",
 )
 
 
@@ -181,7 +163,7 @@ def catalog_load(document: Mapping[str, Any], *, apps: Apps | None = None) -> Lo
             where = f"models[{i}]"
             if not isinstance(item, dict) or not item.get("id"):
                 raise CatalogDocumentError(f"{where}: a model needs an id")
-            values = {k: item[k] for k in _MODEL_FIELDS if k in item}
+            values = {k: item[k] for k in MODEL_FIELDS if k in item}
             if "created" in item:
                 values["created_at"] = _moment(item["created"], f"{where}.created")
             if not values.get("owned_by"):
@@ -243,7 +225,7 @@ def _load_offering(
         if not price.get("source"):
             raise CatalogDocumentError(f"{at}: a price needs a source note")
         amounts: dict[str, Any] = {
-            field: _usd_nanos(price.get(key, "0"), f"{at}.{key}") for key, field in _PRICE_FIELDS
+            p.column: _usd_nanos(price.get(p.name, "0"), f"{at}.{p.name}") for p in USD_PRICES
         }
         amounts["per_image_nanos"] = {
             str(size): _usd_nanos(usd, f"{at}.per_image_usd.{size}")
@@ -267,8 +249,6 @@ def _bump_version() -> None:
 
 def catalog_dump() -> dict[str, Any]:
     """The whole catalog as a document :func:`catalog_load` reads back to the same catalog."""
-    from catalog.models import Model, Offering, ParameterRule, Price, Vendor
-
     vendors = [
         {"name": v.name, **{k: getattr(v, k) for k in _VENDOR_FIELDS}}
         for v in Vendor.objects.order_by("name")
@@ -302,7 +282,7 @@ def catalog_dump() -> dict[str, Any]:
     models = [
         {
             "id": m.model_id,
-            **{k: getattr(m, k) for k in _MODEL_FIELDS},
+            **{k: getattr(m, k) for k in MODEL_FIELDS},
             "created": m.created_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
             "parameters": rules.get(m.pk, {}),
             "offerings": offerings.get(m.pk, []),
@@ -312,19 +292,17 @@ def catalog_dump() -> dict[str, Any]:
     return {"vendors": vendors, "models": models}
 
 
-def _price_entry(price: Any) -> dict[str, Any]:
+def _price_entry(price: Price) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "effective_from": price.effective_from.astimezone(UTC).isoformat().replace("+00:00", "Z"),
         "source": price.source,
     }
-    for key, field in _PRICE_FIELDS:
-        nanos = getattr(price, field)
+    for p in USD_PRICES:
+        nanos = getattr(price, p.column)
         if nanos:
-            entry[key] = nanos_to_usd_str(nanos)
+            entry[p.name] = nanos_to_usd_str(nanos)
     if price.per_image_nanos:
-        entry["per_image_usd"] = {
-            size: nanos_to_usd_str(int(n)) for size, n in sorted(price.per_image_nanos.items())
-        }
+        entry["per_image_usd"] = price.per_image_usd()
     return entry
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from django import forms
 
 from catalog import validation
-from catalog.models import Capability, Model, ParameterRule, Price
+from catalog.models import MODEL_FIELDS, USD_PRICES, Capability, Model, ParameterRule, Price
 from money.usd import nanos_to_usd_str, usd_to_nanos
 
 
@@ -36,20 +36,7 @@ class ModelForm(forms.ModelForm):
 
     class Meta:
         model = Model
-        fields = (
-            "model_id",
-            "display_name",
-            "owned_by",
-            "description",
-            "capabilities",
-            "tasks",
-            "context_window",
-            "max_output_tokens",
-            "embedding_dimensions",
-            "quality_tier",
-            "tokenizer",
-            "created_at",
-        )
+        fields = ("model_id", *MODEL_FIELDS, "created_at")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -95,30 +82,29 @@ class ParameterRuleForm(forms.ModelForm):
         return data
 
 
-_USD_FIELDS = {
-    "input_per_mtok_usd": ("input_per_mtok_nanos", "Input, USD per 1M tokens"),
-    "cached_input_per_mtok_usd": ("cached_input_per_mtok_nanos", "Cached input, USD per 1M tokens"),
-    "output_per_mtok_usd": ("output_per_mtok_nanos", "Output, USD per 1M tokens"),
-    "per_mchar_usd": ("per_mchar_nanos", "Speech, USD per 1M characters"),
-    "per_audio_second_usd": ("per_audio_second_nanos", "Audio, USD per second"),
-}
-USD_FIELD_NAMES = (*_USD_FIELDS, "per_image_usd")
+USD_FIELD_NAMES = (*(p.name for p in USD_PRICES), "per_image_usd")
+_USD = {p.name: p for p in USD_PRICES}
 
 
-def _usd_field(label: str) -> forms.DecimalField:
+def _usd_field(name: str) -> forms.DecimalField:
+    """The form field of the flat price ``name`` (:data:`~catalog.models.USD_PRICES`)."""
     return forms.DecimalField(
-        label=label, min_value=Decimal(0), max_digits=18, decimal_places=9, initial=Decimal(0)
+        label=_USD[name].label,
+        min_value=Decimal(0),
+        max_digits=18,
+        decimal_places=9,
+        initial=Decimal(0),
     )
 
 
 class PriceForm(forms.ModelForm):
     """A new price row, typed in USD (up to nine decimals: exact in nano-USD)."""
 
-    input_per_mtok_usd = _usd_field(_USD_FIELDS["input_per_mtok_usd"][1])
-    cached_input_per_mtok_usd = _usd_field(_USD_FIELDS["cached_input_per_mtok_usd"][1])
-    output_per_mtok_usd = _usd_field(_USD_FIELDS["output_per_mtok_usd"][1])
-    per_mchar_usd = _usd_field(_USD_FIELDS["per_mchar_usd"][1])
-    per_audio_second_usd = _usd_field(_USD_FIELDS["per_audio_second_usd"][1])
+    input_per_mtok_usd = _usd_field("input_per_mtok_usd")
+    cached_input_per_mtok_usd = _usd_field("cached_input_per_mtok_usd")
+    output_per_mtok_usd = _usd_field("output_per_mtok_usd")
+    per_mchar_usd = _usd_field("per_mchar_usd")
+    per_audio_second_usd = _usd_field("per_audio_second_usd")
     per_image_usd = forms.JSONField(
         label="Images, USD each",
         required=False,
@@ -133,12 +119,9 @@ class PriceForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.instance.pk is not None:
-            for name, (column, _) in _USD_FIELDS.items():
-                self.initial[name] = nanos_to_usd_str(getattr(self.instance, column))
-            per_image = self.instance.per_image_nanos or {}
-            self.initial["per_image_usd"] = {
-                k: nanos_to_usd_str(int(v)) for k, v in per_image.items()
-            }
+            for p in USD_PRICES:
+                self.initial[p.name] = nanos_to_usd_str(getattr(self.instance, p.column))
+            self.initial["per_image_usd"] = self.instance.per_image_usd()
 
     def clean_per_image_usd(self) -> dict[str, int]:
         """``{"<size>/<quality>": "0.04"}`` → nano-USD per image."""
@@ -158,8 +141,8 @@ class PriceForm(forms.ModelForm):
 
     def save(self, commit: bool = True) -> Price:
         price: Price = super().save(commit=False)
-        for name, (column, _) in _USD_FIELDS.items():
-            setattr(price, column, usd_to_nanos(self.cleaned_data[name]))
+        for p in USD_PRICES:
+            setattr(price, p.column, usd_to_nanos(self.cleaned_data[p.name]))
         price.per_image_nanos = self.cleaned_data.get("per_image_usd") or {}
         if commit:
             price.save()

@@ -8,10 +8,13 @@ Money is integer nano-USD (1e-9 USD) in ``BigIntegerField``s.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from django.db import models
 from django.utils import timezone
 
 from catalog.types import Support
+from money.usd import nanos_to_usd_str
 
 
 class AdapterKind(models.TextChoices):
@@ -127,6 +130,22 @@ class Model(models.Model):
         return self.model_id
 
 
+#: What describes a :class:`Model` besides its ``model_id`` and ``created_at``: the fields a
+#: catalog document carries and the admin's model form edits.
+MODEL_FIELDS = (
+    "display_name",
+    "owned_by",
+    "description",
+    "capabilities",
+    "tasks",
+    "context_window",
+    "max_output_tokens",
+    "embedding_dimensions",
+    "quality_tier",
+    "tokenizer",
+)
+
+
 class Offering(models.Model):
     """``model`` as ``vendor`` serves it under ``upstream_model``.
 
@@ -177,6 +196,36 @@ class Price(models.Model):
 
     def __str__(self) -> str:
         return f"price of {self.offering_id} from {self.effective_from:%Y-%m-%d %H:%M}"
+
+    def per_image_usd(self) -> dict[str, str]:
+        """``per_image_nanos`` as exact USD strings, by ``"<size>/<quality>"`` in order."""
+        return {
+            k: nanos_to_usd_str(int(v)) for k, v in sorted((self.per_image_nanos or {}).items())
+        }
+
+
+class UsdPrice(NamedTuple):
+    """One flat price of a :class:`Price` row as people write it: ``name`` in USD (catalog
+    documents, the admin's price form), ``column`` the integer nano-USD field, ``label`` what
+    staff read."""
+
+    name: str
+    column: str
+    label: str
+
+
+#: The flat prices of a :class:`Price` row (``per_image_nanos`` is a mapping, handled apart).
+USD_PRICES: tuple[UsdPrice, ...] = (
+    UsdPrice("input_per_mtok_usd", "input_per_mtok_nanos", "Input, USD per 1M tokens"),
+    UsdPrice(
+        "cached_input_per_mtok_usd",
+        "cached_input_per_mtok_nanos",
+        "Cached input, USD per 1M tokens",
+    ),
+    UsdPrice("output_per_mtok_usd", "output_per_mtok_nanos", "Output, USD per 1M tokens"),
+    UsdPrice("per_mchar_usd", "per_mchar_nanos", "Speech, USD per 1M characters"),
+    UsdPrice("per_audio_second_usd", "per_audio_second_nanos", "Audio, USD per second"),
+)
 
 
 class ParameterRule(models.Model):
