@@ -46,6 +46,7 @@ from catalog.types import (
     CatalogSnapshot,
     CircuitState,
     ModelView,
+    OfferingAddress,
     OfferingView,
     ParamRule,
     Support,
@@ -125,8 +126,9 @@ class RoutingRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
-    """One offering to try, with everything the caller needs to call and bill it.
+class Candidate(OfferingAddress):
+    """One offering to try (where it is served: :class:`~catalog.types.OfferingAddress`), with
+    everything else the caller needs to call and bill it.
 
     ``ignored_params``: the request's parameters that have *no effect* on this model (the
     response reports them). ``rules``: the model's non-default matrix cells. ``health``: when
@@ -136,13 +138,6 @@ class Candidate:
     tiktoken encoding the model reads token ids with (``""``: its own).
     """
 
-    offering_id: int
-    vendor: str
-    adapter_kind: str
-    base_url: str
-    credentials_env: str
-    region: str
-    upstream_model: str
     model: str
     price: PriceSnapshot
     rules: Mapping[str, ParamRule]

@@ -149,7 +149,22 @@ DEFAULT_SUPPORT: Mapping[str, Support] = {
 
 
 @dataclass(frozen=True, slots=True)
-class OfferingView:
+class OfferingAddress:
+    """Where an offering is served: its vendor (by name), how to reach the vendor and which wire
+    format it speaks (``adapter_kind``), the name of its credentials setting, its region, and
+    the model's name there (``upstream_model``)."""
+
+    offering_id: int
+    vendor: str
+    adapter_kind: str
+    base_url: str
+    credentials_env: str
+    region: str
+    upstream_model: str
+
+
+@dataclass(frozen=True, slots=True)
+class OfferingView(OfferingAddress):
     """An offering with its price history (oldest first) and whether it can be routed to.
 
     ``unroutable_reason`` is ``None`` for a routable offering, else a sentence customers may
@@ -161,14 +176,7 @@ class OfferingView:
     not part of it: that changes per call and is passed to routing separately.
     """
 
-    offering_id: int
     model_id: str
-    vendor: str
-    adapter_kind: str
-    base_url: str
-    credentials_env: str
-    region: str
-    upstream_model: str
     priority: int
     prices: tuple[tuple[datetime, PriceSnapshot], ...]
     unroutable_reason: str | None
