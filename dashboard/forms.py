@@ -61,27 +61,25 @@ class OrganizationForm(forms.Form):
     name = forms.CharField(label="Organization name", max_length=150)
 
 
-class InviteForm(forms.Form):
+class _GrantsRole(forms.Form):
+    """A form whose ``role`` field offers owner only with ``allow_owner`` (only an owner makes
+    owners). Declares no field itself, so each form keeps its own field order."""
+
+    def __init__(self, *args: Any, allow_owner: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["role"]
+        assert isinstance(field, forms.ChoiceField)
+        if not allow_owner:
+            field.choices = [c for c in Role.choices if c[0] != Role.OWNER]
+
+
+class InviteForm(_GrantsRole):
     email = forms.EmailField(label="E-mail address")
     role = forms.ChoiceField(label="Role", choices=Role.choices, initial=Role.MEMBER)
 
-    def __init__(self, *args: Any, allow_owner: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        field = self.fields["role"]
-        assert isinstance(field, forms.ChoiceField)
-        if not allow_owner:
-            field.choices = [c for c in Role.choices if c[0] != Role.OWNER]
 
-
-class RoleForm(forms.Form):
+class RoleForm(_GrantsRole):
     role = forms.ChoiceField(label="Role", choices=Role.choices)
-
-    def __init__(self, *args: Any, allow_owner: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        field = self.fields["role"]
-        assert isinstance(field, forms.ChoiceField)
-        if not allow_owner:
-            field.choices = [c for c in Role.choices if c[0] != Role.OWNER]
 
 
 def _usd_to_budget_nanos(value: Decimal | None) -> int | None:
@@ -137,7 +135,19 @@ EXPIRY_CHOICES = [
 ]
 
 
-class ApiKeyCreateForm(forms.Form):
+class _ChoosesProject(forms.Form):
+    """A form whose ``project`` field offers exactly ``projects`` (a queryset of the caller's
+    organization), without an empty choice."""
+
+    def __init__(self, *args: Any, projects: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["project"]
+        assert isinstance(field, forms.ModelChoiceField)
+        field.queryset = projects
+        field.empty_label = None
+
+
+class ApiKeyCreateForm(_ChoosesProject):
     name = forms.CharField(
         label="Key name",
         max_length=100,
@@ -152,13 +162,6 @@ class ApiKeyCreateForm(forms.Form):
         coerce=int,
         empty_value=None,
     )
-
-    def __init__(self, *args: Any, projects: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        field = self.fields["project"]
-        assert isinstance(field, forms.ModelChoiceField)
-        field.queryset = projects
-        field.empty_label = None
 
     @property
     def expires_at(self) -> datetime | None:
@@ -298,12 +301,5 @@ class StatementForm(forms.Form):
     format = forms.ChoiceField(choices=[("csv", "CSV"), ("pdf", "PDF")])
 
 
-class PlaygroundForm(forms.Form):
+class PlaygroundForm(_ChoosesProject):
     project = forms.ModelChoiceField(label="Project", queryset=Project.objects.none())
-
-    def __init__(self, *args: Any, projects: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        field = self.fields["project"]
-        assert isinstance(field, forms.ModelChoiceField)
-        field.queryset = projects
-        field.empty_label = None

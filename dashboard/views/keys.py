@@ -8,6 +8,8 @@ else created needs an owner or admin.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -21,6 +23,9 @@ from accounts.services import api_key_create, api_key_revoke, api_key_update
 from dashboard.forms import ApiKeyCreateForm, ApiKeyEditForm
 from dashboard.permissions import USE_KEYS, OrgContext, org_view
 from dashboard.views.common import no_store, raise_404, render_org
+
+if TYPE_CHECKING:
+    from accounts.models import ApiKey
 
 
 def _list_page(
@@ -67,6 +72,14 @@ def key_create(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
     return redirect("dashboard:key_created", slug=ctx.organization.slug, key_id=api_key.pk)
 
 
+def _api_key(ctx: OrgContext, key_id: int) -> ApiKey:
+    """The organization's key with that id; 404 for a missing one and another tenant's alike."""
+    api_key = api_key_get(organization=ctx.organization, key_id=key_id)
+    if api_key is None:
+        raise_404()
+    return api_key
+
+
 def _once_slot(key_id: int) -> str:
     return f"dashboard.new-key.{key_id}"
 
@@ -74,9 +87,7 @@ def _once_slot(key_id: int) -> str:
 @org_view(USE_KEYS)
 def key_created(request: HttpRequest, ctx: OrgContext, key_id: int) -> HttpResponse:
     """Show a just-created key once (taken out of the session); a reload goes to the list."""
-    api_key = api_key_get(organization=ctx.organization, key_id=key_id)
-    if api_key is None:
-        raise_404()
+    api_key = _api_key(ctx, key_id)
     raw = request.session.pop(_once_slot(key_id), None)
     if raw is None:
         messages.info(
@@ -96,9 +107,7 @@ def key_created(request: HttpRequest, ctx: OrgContext, key_id: int) -> HttpRespo
 
 @org_view(USE_KEYS)
 def key_edit(request: HttpRequest, ctx: OrgContext, key_id: int) -> HttpResponse:
-    api_key = api_key_get(organization=ctx.organization, key_id=key_id)
-    if api_key is None:
-        raise_404()
+    api_key = _api_key(ctx, key_id)
     initial = {
         "name": api_key.name,
         "expires_on": api_key.expires_at.date() if api_key.expires_at else None,
@@ -114,9 +123,7 @@ def key_edit(request: HttpRequest, ctx: OrgContext, key_id: int) -> HttpResponse
 @org_view(USE_KEYS)
 @require_POST
 def key_revoke(request: HttpRequest, ctx: OrgContext, key_id: int) -> HttpResponse:
-    api_key = api_key_get(organization=ctx.organization, key_id=key_id)
-    if api_key is None:
-        raise_404()
+    api_key = _api_key(ctx, key_id)
     if api_key.created_by_id != ctx.user.pk and not ctx.can_manage:
         raise PermissionDenied("Only an owner or admin may revoke a key someone else created.")
     api_key_revoke(api_key=api_key)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -16,6 +17,9 @@ from dashboard.permissions import MANAGE_ORG, OrgContext, org_view
 from dashboard.views.common import raise_404, render_org
 from money.usd import NANOS_PER_USD
 
+if TYPE_CHECKING:
+    from accounts.models import Project
+
 
 def _list_page(
     request: HttpRequest, ctx: OrgContext, form: ProjectForm, *, status: int = 200
@@ -28,6 +32,15 @@ def _list_page(
         {"projects": projects.order_by("archived_at", "name"), "form": form},
         status=status,
     )
+
+
+def _project(ctx: OrgContext, project_id: int) -> Project:
+    """The organization's project with that id; 404 for a missing one and another tenant's
+    alike."""
+    project = project_get(organization=ctx.organization, project_id=project_id)
+    if project is None:
+        raise_404()
+    return project
 
 
 @org_view()
@@ -53,9 +66,7 @@ def project_create_view(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
 
 @org_view(MANAGE_ORG)
 def project_edit(request: HttpRequest, ctx: OrgContext, project_id: int) -> HttpResponse:
-    project = project_get(organization=ctx.organization, project_id=project_id)
-    if project is None:
-        raise_404()
+    project = _project(ctx, project_id)
     budget = project.monthly_budget_nanos
     initial = {
         "name": project.name,
@@ -83,9 +94,7 @@ def project_edit(request: HttpRequest, ctx: OrgContext, project_id: int) -> Http
 @org_view(MANAGE_ORG)
 @require_POST
 def project_archive_toggle(request: HttpRequest, ctx: OrgContext, project_id: int) -> HttpResponse:
-    project = project_get(organization=ctx.organization, project_id=project_id)
-    if project is None:
-        raise_404()
+    project = _project(ctx, project_id)
     if project.archived_at is None:
         project_archive(project=project)
         messages.success(request, f"Archived {project.name}: its keys no longer work.")

@@ -35,6 +35,17 @@ def _int_param(request: HttpRequest, name: str) -> int | None:
     return int(value) if value.isdigit() else None
 
 
+def _to_checkout(
+    request: HttpRequest, ctx: OrgContext, started: topups.CheckoutStart, *, back: str
+) -> HttpResponse:
+    """A redirect to Stripe's Checkout page when it started; otherwise back to the page named
+    ``back`` (a dashboard URL name) with the error as a message."""
+    if started.error:
+        messages.error(request, started.error)
+        return redirect(back, slug=ctx.organization.slug)
+    return redirect(started.url)
+
+
 def _wallet_page(
     request: HttpRequest,
     ctx: OrgContext,
@@ -98,10 +109,7 @@ def topup(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
         success_url=wallet_url + "?topup=success",
         cancel_url=wallet_url + "?topup=cancelled",
     )
-    if result.error:
-        messages.error(request, result.error)
-        return redirect("dashboard:wallet", slug=ctx.organization.slug)
-    return redirect(result.url)
+    return _to_checkout(request, ctx, result, back="dashboard:wallet")
 
 
 @org_view(SEE_BILLING)
@@ -151,10 +159,7 @@ def card_replace(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
         success_url=card_url + "?setup=saved",
         cancel_url=card_url + "?setup=cancelled",
     )
-    if result.error:
-        messages.error(request, result.error)
-        return redirect("dashboard:card", slug=ctx.organization.slug)
-    return redirect(result.url)
+    return _to_checkout(request, ctx, result, back="dashboard:card")
 
 
 @org_view(SEE_BILLING)
