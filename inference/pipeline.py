@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import models, transaction
-from psycopg.types.json import Jsonb
+from django.db import transaction
 
 from accounts.auth import KeyContext
 from billing.services import ahold_open, aholds_renew, arequest_recharge, asettle, hold_settle
@@ -634,15 +633,14 @@ _LOG_INSERT = "INSERT INTO {table} ({columns}) VALUES ({values})".format(
     columns=", ".join(str(f.column) for f in _LOG_FIELDS),
     values=", ".join(f"%(log_{f.attname})s" for f in _LOG_FIELDS),
 )
-_LOG_JSON = frozenset(f.attname for f in _LOG_FIELDS if isinstance(f, models.JSONField))
+_LOG_INSERT_ASYNC = adb.Statement.compile(_LOG_INSERT)
+_LOG_ATTNAMES = tuple((f"log_{f.attname}", f.attname) for f in _LOG_FIELDS)
 
 
 def _log_values(row: RequestLog) -> dict[str, Any]:
-    """``row``'s column values for :data:`_LOG_INSERT` (JSON columns wrapped for psycopg)."""
-    return {
-        f"log_{name}": Jsonb(value) if name in _LOG_JSON else value
-        for name, value in ((f.attname, getattr(row, f.attname)) for f in _LOG_FIELDS)
-    }
+    """``row``'s column values for :data:`_LOG_INSERT` (JSON columns as Python values: the
+    connection's codec encodes them)."""
+    return {param: getattr(row, attname) for param, attname in _LOG_ATTNAMES}
 
 
 async def _record_and_settle_on_loop(row: RequestLog, held: bool, cost: int) -> bool:
@@ -659,7 +657,7 @@ async def _record_and_settle_on_loop(row: RequestLog, held: bool, cost: int) -> 
     try:
         async with adb.connection() as conn:
             if not held:
-                await conn.execute(_LOG_INSERT, _log_values(row))
+                await adb.execute(conn, _LOG_INSERT_ASYNC, _log_values(row))
                 return True
             settled = await asettle(
                 conn,

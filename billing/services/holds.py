@@ -79,11 +79,10 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.utils import timezone
-from psycopg import AsyncConnection
-from psycopg.errors import UniqueViolation
 
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
 from billing.services.ledger import (
@@ -123,15 +122,15 @@ def month_start(now: dt.datetime) -> dt.date:
 
 _OPEN_CTE = f"""
 WITH w AS (
-    UPDATE {WALLET} SET held_nanos = held_nanos + %(amount)s, updated_at = %(now)s
-     WHERE organization_id = %(org)s AND balance_nanos - held_nanos >= %(amount)s
+    UPDATE {WALLET} SET held_nanos = held_nanos + %(amount)s::bigint, updated_at = %(now)s
+     WHERE organization_id = %(org)s AND balance_nanos - held_nanos >= %(amount)s::bigint
     RETURNING id
 ), s AS (
     INSERT INTO {SPEND} (project_id, month, used_nanos, held_nanos)
-    SELECT %(project)s, %(month)s, 0, %(amount)s
+    SELECT %(project)s::bigint, %(month)s::date, 0, %(amount)s::bigint
       FROM w  -- reading w locks the wallet row first: the same order as settlement (no deadlock)
      WHERE %(project)s::bigint IS NOT NULL
-       AND (%(budget)s::bigint IS NULL OR %(amount)s <= %(budget)s::bigint)
+       AND (%(budget)s::bigint IS NULL OR %(amount)s::bigint <= %(budget)s::bigint)
     ON CONFLICT (project_id, month) DO UPDATE
        SET held_nanos = {SPEND}.held_nanos + EXCLUDED.held_nanos
      WHERE %(budget)s::bigint IS NULL
@@ -140,11 +139,15 @@ WITH w AS (
 )
 INSERT INTO {HOLD} (wallet_id, project_id, api_key_id, request_id, amount_nanos, status,
                     month, created_at, expires_at)
-SELECT w.id, %(project)s, %(key)s, %(rid)s, %(amount)s, 'open', %(month)s, %(now)s, %(expires)s
+SELECT w.id, %(project)s::bigint, %(key)s::bigint, %(rid)s::varchar, %(amount)s::bigint, 'open',
+       %(month)s::date, %(now)s::timestamptz, %(expires)s::timestamptz
   FROM w
  WHERE %(project)s::bigint IS NULL OR EXISTS (SELECT 1 FROM s)
 RETURNING id
 """
+# The same statement for the event loop (config.adb: asyncpg's positional parameters). The
+# casts above are for asyncpg, which types each parameter when it prepares the statement.
+_OPEN_ASYNC = adb.Statement.compile(_OPEN_CTE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +260,7 @@ SELECT CAST(COALESCE(SUM(CASE WHEN status = 'open' THEN amount_nanos
   FROM {HOLD}
  WHERE api_key_id = %s AND month = %s
 """
+_KEY_SPENT_ASYNC = adb.Statement.compile(_KEY_SPENT)
 
 
 def _key_budget_check(*, key_id: int, month: dt.date, amount_nanos: int, budget_nanos: int) -> None:
@@ -431,7 +435,7 @@ _SETTLE_CTE = f"""
 WITH h AS (
     UPDATE {HOLD}
        SET status = 'settled', closed_at = %(now)s,
-           captured_nanos = CASE WHEN %(actual)s < amount_nanos THEN %(actual)s
+           captured_nanos = CASE WHEN %(actual)s::bigint < amount_nanos THEN %(actual)s::bigint
                                  ELSE amount_nanos END
      WHERE request_id = %(rid)s AND status = 'open' AND captured_nanos IS NULL
     RETURNING wallet_id, project_id, api_key_id, amount_nanos, captured_nanos, month
@@ -459,8 +463,9 @@ WITH h AS (
     INSERT INTO {LEDGER} (wallet_id, kind, amount_nanos, balance_after_nanos, idempotency_key,
                           project_id, api_key_id, request_id, external_ref, description,
                           created_at)
-    SELECT w.id, 'usage', -h.captured_nanos, w.balance_nanos, 'usage:' || %(rid)s,
-           h.project_id, h.api_key_id, %(rid)s, '', %(desc)s, %(now)s
+    SELECT w.id, 'usage', -h.captured_nanos, w.balance_nanos, 'usage:' || %(rid)s::varchar,
+           h.project_id, h.api_key_id, %(rid)s::varchar, '', %(desc)s::varchar,
+           %(now)s::timestamptz
       FROM h, w
      WHERE h.captured_nanos > 0
     RETURNING 1
@@ -741,7 +746,7 @@ async def ahold_open(
     ttl_s: int = 900,
 ) -> None:
     """:func:`hold_open` for async code, same contract. On PostgreSQL the opening statement
-    runs on the loop (:mod:`config.adb`: no thread hop, prepared after five uses); elsewhere,
+    runs on the loop (:mod:`config.adb`: no thread hop, prepared once per connection); elsewhere,
     and for a refusal's explanation, in a worker thread."""
     if amount_nanos < 0:
         raise ValueError("amount_nanos must be >= 0")
@@ -773,17 +778,14 @@ async def ahold_open(
             # Without a budget only the wallet can refuse, and then nothing is written: the
             # statement is its own transaction (no BEGIN/COMMIT round trips).
             async with adb.connection() as conn:
-                cur = await conn.execute(_OPEN_CTE, values)
-                if await cur.fetchone() is None:
+                if await adb.fetchrow(conn, _OPEN_ASYNC, values) is None:
                     raise _Refused
             return
         async with adb.transaction() as conn:
-            cur = await conn.execute(_OPEN_CTE, values)
-            if await cur.fetchone() is None:
+            if await adb.fetchrow(conn, _OPEN_ASYNC, values) is None:
                 raise _Refused  # rolls back a wallet reservation the budget refused
             if key_budget_nanos is not None and api_key_id is not None:
-                cur = await conn.execute(_KEY_SPENT, [api_key_id, params.month])
-                row = await cur.fetchone()
+                row = await adb.fetchrow(conn, _KEY_SPENT_ASYNC, [api_key_id, params.month])
                 spent = int(row[0]) if row else 0
                 if spent > key_budget_nanos:
                     raise _key_budget_refusal(
@@ -797,7 +799,7 @@ async def ahold_open(
             amount_nanos=amount_nanos,
             budget_nanos=budget_nanos,
         ) from None
-    except UniqueViolation as exc:
+    except adb.UniqueViolation as exc:
         raise HoldExists(f"a hold for request {request_id} already exists") from exc
 
 
@@ -818,14 +820,18 @@ class Settled:
 
 
 @functools.cache
-def _settle_after(statement: str) -> str:
-    """:data:`_SETTLE_CTE` with ``statement`` (data-modifying, named parameters) run first in
-    the same statement, as the CTE ``pre``."""
-    return _SETTLE_CTE.replace("WITH h AS (", f"WITH pre AS ({statement}), h AS (", 1)
+def _settle_after(statement: str | None) -> adb.Statement:
+    """:data:`_SETTLE_CTE` for :mod:`config.adb`, with ``statement`` (data-modifying, named
+    parameters) run first in the same statement as the CTE ``pre``."""
+    if statement is None:
+        return adb.Statement.compile(_SETTLE_CTE)
+    return adb.Statement.compile(
+        _SETTLE_CTE.replace("WITH h AS (", f"WITH pre AS ({statement}), h AS (", 1)
+    )
 
 
 async def asettle(
-    conn: AsyncConnection,
+    conn: asyncpg.Connection,
     *,
     request_id: str,
     actual_nanos: int,
@@ -850,12 +856,9 @@ async def asettle(
         "desc": description[:255],
         "now": timezone.now(),
     }
-    sql = _SETTLE_CTE
     if before is not None:
-        sql = _settle_after(before[0])
         params.update(before[1])
-    cur = await conn.execute(sql, params)
-    row = await cur.fetchone()
+    row = await adb.fetchrow(conn, _settle_after(before[0] if before is not None else None), params)
     if row is None:
         return None
     return Settled(charged=int(row[0]), recharge_wallet_id=int(row[1]) if row[2] else None)

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import asyncpg
 import psycopg
 import pytest
 import redis
@@ -31,6 +32,8 @@ pytestmark = [
     ),
 ]
 MESSAGES = [{"role": "user", "content": "count me"}]
+# asyncpg's methods that send a statement (BEGIN and COMMIT go through ``execute``).
+_ASYNCPG_STATEMENTS = ("execute", "executemany", "fetch", "fetchrow", "fetchval")
 
 
 def _wait_for_background(seconds: float = 10.0) -> None:
@@ -43,7 +46,7 @@ def _wait_for_background(seconds: float = 10.0) -> None:
 @pytest.fixture
 def count_round_trips(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Counter[str]]:
     """Count, from now on in this process (the live server runs in it), the statements sent to
-    PostgreSQL (async psycopg and the ORM's sync psycopg) and the round trips to Redis."""
+    PostgreSQL (``config.adb``'s asyncpg and the ORM's psycopg) and the round trips to Redis."""
     seen: Counter[str] = Counter()
 
     def counting(kind: str, original: Any) -> Any:
@@ -62,6 +65,7 @@ def count_round_trips(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Counter[s
         return count
 
     patches = [
+        *((asyncpg.Connection, name, "postgresql") for name in _ASYNCPG_STATEMENTS),
         (psycopg.AsyncCursor, "execute", "postgresql"),
         (psycopg.Cursor, "execute", "postgresql"),
         (redis.asyncio.connection.AbstractConnection, "send_packed_command", "redis"),
