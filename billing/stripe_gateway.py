@@ -9,6 +9,8 @@ points the client at another server (``localstripe`` in tests).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -71,10 +73,15 @@ def client() -> stripe.StripeClient:
     return _client_for(settings.STRIPE_SECRET_KEY, settings.STRIPE_API_BASE)
 
 
-def _failure(exc: stripe.StripeError) -> StripeFailure:
-    code = getattr(exc, "code", None) or ""
-    declined = isinstance(exc, stripe.CardError)
-    return StripeFailure(exc.user_message or str(exc), code=code, declined=declined)
+@contextmanager
+def _translated() -> Iterator[None]:
+    """Inside: a Stripe error leaves as :class:`StripeFailure` (the boundary's one mapping)."""
+    try:
+        yield
+    except stripe.StripeError as exc:
+        code = getattr(exc, "code", None) or ""
+        declined = isinstance(exc, stripe.CardError)
+        raise StripeFailure(exc.user_message or str(exc), code=code, declined=declined) from exc
 
 
 def customer_create(*, organization_id: int, name: str) -> str:
@@ -82,22 +89,18 @@ def customer_create(*, organization_id: int, name: str) -> str:
 
     Idempotency key per organization: a retried call returns the same customer.
     """
-    try:
+    with _translated():
         customer = client().v1.customers.create(
             params={"name": name, "metadata": {"organization_id": str(organization_id)}},
             options={"idempotency_key": f"infrai-customer-{organization_id}"},
         )
-    except stripe.StripeError as exc:
-        raise _failure(exc) from exc
     return str(customer.id)
 
 
 def payment_method_attach(*, customer_id: str, payment_method_id: str) -> str:
     """Attach a payment method to the customer; returns the attached method's id."""
-    try:
+    with _translated():
         pm = client().v1.payment_methods.attach(payment_method_id, params={"customer": customer_id})
-    except stripe.StripeError as exc:
-        raise _failure(exc) from exc
     return str(pm.id)
 
 
@@ -117,7 +120,7 @@ def checkout_session_create(
     on the wallet, which is what lets auto-recharge be switched on.
     """
     metadata = {"organization_id": str(organization_id), "infrai_kind": "topup"}
-    try:
+    with _translated():
         session = client().v1.checkout.sessions.create(
             params={
                 "mode": "payment",
@@ -142,8 +145,6 @@ def checkout_session_create(
                 ],
             }
         )
-    except stripe.StripeError as exc:
-        raise _failure(exc) from exc
     return CheckoutSession(id=str(session.id), url=str(session.url or ""))
 
 
@@ -155,7 +156,7 @@ def checkout_setup_session_create(
     The ``setup_intent.succeeded`` webhook (metadata ``infrai_kind=card_setup``) stores the card.
     """
     metadata = {"organization_id": str(organization_id), "infrai_kind": "card_setup"}
-    try:
+    with _translated():
         session = client().v1.checkout.sessions.create(
             params={
                 "mode": "setup",
@@ -168,25 +169,19 @@ def checkout_setup_session_create(
                 "setup_intent_data": {"metadata": metadata},
             }
         )
-    except stripe.StripeError as exc:
-        raise _failure(exc) from exc
     return CheckoutSession(id=str(session.id), url=str(session.url or ""))
 
 
 def payment_method_detach(*, payment_method_id: str) -> None:
     """Detach a saved card from its customer (it can no longer be charged)."""
-    try:
+    with _translated():
         client().v1.payment_methods.detach(payment_method_id)
-    except stripe.StripeError as exc:
-        raise _failure(exc) from exc
 
 
 def payment_method_label(*, payment_method_id: str) -> str:
     """A card as a person reads it (``"visa •••• 4242"``); raises StripeFailure."""
-    try:
+    with _translated():
         pm = client().v1.payment_methods.retrieve(payment_method_id)
-    except stripe.StripeError as exc:
-        raise _failure(exc) from exc
     card = getattr(pm, "card", None)
     if card is None:
         return str(pm.type or "payment method")
@@ -207,31 +202,30 @@ def charge_off_session(
     failures raise :class:`StripeFailure`. ``idempotency_key`` makes a retried call return the
     same PaymentIntent on Stripe.
     """
-    try:
-        intent = client().v1.payment_intents.create(
-            params={
-                "amount": nanos_to_cents(amount_nanos),
-                "currency": "usd",
-                "customer": customer_id,
-                "payment_method": payment_method_id,
-                "confirm": True,
-                "off_session": True,
-                "metadata": metadata,
-            },
-            options={"idempotency_key": idempotency_key},
-        )
-    except stripe.CardError as exc:
-        err = exc.error
-        pi = getattr(err, "payment_intent", None) if err is not None else None
-        return OffSessionCharge(
-            payment_intent_id=str(pi["id"]) if pi else "",
-            succeeded=False,
-            amount_nanos=amount_nanos,
-            error_code=str(exc.code or "card_declined"),
-            error_message=exc.user_message or "The card was declined.",
-        )
-    except stripe.StripeError as exc:
-        raise _failure(exc) from exc
+    with _translated():
+        try:
+            intent = client().v1.payment_intents.create(
+                params={
+                    "amount": nanos_to_cents(amount_nanos),
+                    "currency": "usd",
+                    "customer": customer_id,
+                    "payment_method": payment_method_id,
+                    "confirm": True,
+                    "off_session": True,
+                    "metadata": metadata,
+                },
+                options={"idempotency_key": idempotency_key},
+            )
+        except stripe.CardError as exc:
+            err = exc.error
+            pi = getattr(err, "payment_intent", None) if err is not None else None
+            return OffSessionCharge(
+                payment_intent_id=str(pi["id"]) if pi else "",
+                succeeded=False,
+                amount_nanos=amount_nanos,
+                error_code=str(exc.code or "card_declined"),
+                error_message=exc.user_message or "The card was declined.",
+            )
     return OffSessionCharge(
         payment_intent_id=str(intent.id),
         succeeded=intent.status == "succeeded",
@@ -242,10 +236,8 @@ def charge_off_session(
 
 def charge_customer_id(*, charge_id: str) -> str | None:
     """The customer a charge belongs to (to attribute a dispute we have no record of)."""
-    try:
+    with _translated():
         charge = client().v1.charges.retrieve(charge_id)
-    except stripe.StripeError as exc:
-        raise _failure(exc) from exc
     customer = charge.customer
     if customer is None:
         return None
