@@ -34,7 +34,6 @@ settlements cannot make the checks disagree with each other.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,9 +97,10 @@ class AuditReport:
         return [str(f) for f in self.findings if f.check not in LOG_CHECKS]
 
 
-def _add(report: AuditReport, check: str, rows: Iterable[Any], line: Any) -> None:
-    """Append one finding per row (at most :data:`LIMIT`, then one summary line)."""
-    for n, row in enumerate(rows):
+def _add(report: AuditReport, check: str, rows: models.QuerySet[Any], line: Any) -> None:
+    """Append one finding per row of ``rows`` (at most :data:`LIMIT`, then one summary line);
+    reads at most ``LIMIT + 1`` rows."""
+    for n, row in enumerate(rows[: LIMIT + 1]):
         if n == LIMIT:
             report.findings.append(Finding(check, f"more than {LIMIT} rows; only these listed"))
             return
@@ -114,8 +114,10 @@ def _sum_of(queryset: models.QuerySet[Any], group: str) -> Subquery:
     )
 
 
-def _charged(usage: models.QuerySet[LedgerEntry]) -> Subquery:
-    """The nano-USD a ``usage`` entry charged (its amount, negated)."""
+def _charged() -> Subquery:
+    """The nano-USD the ``usage`` entry of the outer row's ``request_id`` charged (its amount,
+    negated; NULL when there is none)."""
+    usage = LedgerEntry.objects.filter(kind=EntryKind.USAGE, request_id=OuterRef("request_id"))
     return Subquery(
         usage.annotate(c=_ZERO - F("amount_nanos")).values("c")[:1],
         output_field=BigIntegerField(),
@@ -182,7 +184,7 @@ def _chain(report: AuditReport) -> None:
     _add(
         report,
         "chain",
-        rows[: LIMIT + 1],
+        rows,
         lambda r: (
             f"wallet {r[0]} entry {r[1]}: balance_after {r[2]} != previous {r[3] or 0} "
             f"+ amount {r[4]}"
@@ -209,7 +211,7 @@ def _spend(report: AuditReport) -> None:
     _add(
         report,
         "spend",
-        rows[: LIMIT + 1],
+        rows,
         lambda r: f"project {r[0]} {r[1]:%Y-%m}: held {r[2]} != open holds {r[3]}",
     )
     orphans = (
@@ -227,7 +229,7 @@ def _spend(report: AuditReport) -> None:
     _add(
         report,
         "spend",
-        orphans[: LIMIT + 1],
+        orphans,
         lambda r: f"project {r[0]} {r[1]:%Y-%m}: {r[2]} held, no spend row",
     )
 
@@ -243,17 +245,16 @@ def _holds(report: AuditReport, now: dt.datetime) -> None:
     _add(
         report,
         "stuck_hold",
-        stuck[: LIMIT + 1],
+        stuck,
         lambda r: (
             f"hold {r[0]} (wallet {r[1]}, {r[2]}) open {int((now - r[3]).total_seconds())} s "
             "past its expiry"
         ),
     )
-    usage = LedgerEntry.objects.filter(kind=EntryKind.USAGE, request_id=OuterRef("request_id"))
     mismatched = (
         Hold.objects.filter(status=HoldStatus.SETTLED)
         .annotate(
-            charged=Coalesce(_charged(usage), _ZERO),
+            charged=Coalesce(_charged(), _ZERO),
             captured=Coalesce(F("captured_nanos"), _ZERO),
         )
         .exclude(captured=F("charged"))
@@ -263,7 +264,7 @@ def _holds(report: AuditReport, now: dt.datetime) -> None:
     _add(
         report,
         "capture",
-        mismatched[: LIMIT + 1],
+        mismatched,
         lambda r: f"hold {r[0]}: captured {r[1]} != usage entry {r[2]}",
     )
 
@@ -278,13 +279,7 @@ def _request_logs(report: AuditReport) -> None:
         .order_by("pk")
         .values_list("request_id", "cost_nanos")
     )
-    _add(
-        report,
-        "negative_cost",
-        negative[: LIMIT + 1],
-        lambda r: f"request {r[0]}: cost {r[1]}",
-    )
-    usage = LedgerEntry.objects.filter(kind=EntryKind.USAGE, request_id=OuterRef("request_id"))
+    _add(report, "negative_cost", negative, lambda r: f"request {r[0]}: cost {r[1]}")
     hold = Hold.objects.filter(request_id=OuterRef("request_id"))
     expired = LedgerEntry.objects.filter(
         idempotency_key=Concat(Value("hold_expired:"), OuterRef("request_id"))
@@ -292,7 +287,7 @@ def _request_logs(report: AuditReport) -> None:
     unbilled = (
         request_log.objects.filter(cost_nanos__gt=0)
         .annotate(
-            charged=_charged(usage),
+            charged=_charged(),
             captured=Subquery(hold.values("captured_nanos")[:1], output_field=BigIntegerField()),
             late=Exists(expired),
         )
@@ -310,7 +305,7 @@ def _request_logs(report: AuditReport) -> None:
     _add(
         report,
         "log_without_entry",
-        unbilled[: LIMIT + 1],
+        unbilled,
         lambda r: (
             f"request {r[0]}: cost {r[1]} but no usage entry"
             if r[2] is None
@@ -326,7 +321,7 @@ def _request_logs(report: AuditReport) -> None:
     _add(
         report,
         "entry_without_log",
-        orphans[: LIMIT + 1],
+        orphans,
         lambda r: f"usage entry of request {r[0]!r} (wallet {r[1]}, {r[2]}) has no request log",
     )
 

@@ -252,53 +252,48 @@ def _dispute_wallet(dispute: Obj) -> Wallet | None:
     return _wallet_by(customer=customer)
 
 
-def _dispute_debit(dispute: Obj, wallet: Wallet) -> None:
-    amount = stripe_gateway.amount_nanos(int(dispute["amount"]))
-    post_entry(
-        wallet_id=wallet.pk,
-        amount_nanos=-amount,
-        kind=EntryKind.DISPUTE,
-        idempotency_key=f"dispute:{dispute['id']}",
-        external_ref=_id_of(dispute.get("charge")),
-        description=f"Dispute of ${nanos_to_usd_str(amount)} ({dispute.get('reason', '')})",
-    )
-
-
-def _dispute_created(dispute: Obj) -> _Outcome:
-    if str(dispute.get("status", "")).startswith("warning_"):
-        return _ignored("inquiry: no funds withdrawn")
+def _dispute_moved(dispute: Obj, *, won: bool, done: str) -> _Outcome:
+    """Debit the disputed amount (once per dispute, whichever event comes first) and, when the
+    dispute is ``won``, credit it back (once); ``done`` is the outcome's detail."""
     refusal = _money_refusal(dispute, "amount")
     if refusal is not None:
         return refusal
     wallet = _dispute_wallet(dispute)
     if wallet is None:
         return _failed("no organization for this dispute")
-    _dispute_debit(dispute, wallet)
-    return _ok("dispute debited")
+    amount = stripe_gateway.amount_nanos(int(dispute["amount"]))
+    charge = _id_of(dispute.get("charge"))
+    post_entry(
+        wallet_id=wallet.pk,
+        amount_nanos=-amount,
+        kind=EntryKind.DISPUTE,
+        idempotency_key=f"dispute:{dispute['id']}",
+        external_ref=charge,
+        description=f"Dispute of ${nanos_to_usd_str(amount)} ({dispute.get('reason', '')})",
+    )
+    if won:
+        post_entry(
+            wallet_id=wallet.pk,
+            amount_nanos=amount,
+            kind=EntryKind.DISPUTE_WON,
+            idempotency_key=f"dispute_won:{dispute['id']}",
+            external_ref=charge,
+            description=f"Dispute won: ${nanos_to_usd_str(amount)} reinstated",
+        )
+    return _ok(done)
+
+
+def _dispute_created(dispute: Obj) -> _Outcome:
+    if str(dispute.get("status", "")).startswith("warning_"):
+        return _ignored("inquiry: no funds withdrawn")
+    return _dispute_moved(dispute, won=False, done="dispute debited")
 
 
 def _dispute_closed(dispute: Obj) -> _Outcome:
     status = dispute.get("status")
     if status not in ("won", "lost"):
         return _ignored(f"dispute closed as {status!r}: no funds moved")
-    refusal = _money_refusal(dispute, "amount")
-    if refusal is not None:
-        return refusal
-    wallet = _dispute_wallet(dispute)
-    if wallet is None:
-        return _failed("no organization for this dispute")
-    _dispute_debit(dispute, wallet)  # a no-op when .created was already processed
-    if status == "won":
-        amount = stripe_gateway.amount_nanos(int(dispute["amount"]))
-        post_entry(
-            wallet_id=wallet.pk,
-            amount_nanos=amount,
-            kind=EntryKind.DISPUTE_WON,
-            idempotency_key=f"dispute_won:{dispute['id']}",
-            external_ref=_id_of(dispute.get("charge")),
-            description=f"Dispute won: ${nanos_to_usd_str(amount)} reinstated",
-        )
-    return _ok(f"dispute {status}")
+    return _dispute_moved(dispute, won=status == "won", done=f"dispute {status}")
 
 
 def _card_store(obj: Obj, *, what: str) -> _Outcome:
