@@ -28,6 +28,7 @@ from accounts.roles import Role
 from accounts.selectors import organizations_owned_by, user_has_role
 from billing.models import EntryKind, LedgerEntry, Wallet
 from billing.services.ledger import post_entry
+from billing.services.wallet import wallet_get_or_create
 from money.usd import nanos_to_usd_str, usd_to_nanos
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def starter_credit_grant(*, organization: Organization, owner: User) -> LedgerEn
     if not user_has_role(user=owner, organization=organization, roles={Role.OWNER}):
         return None
     with transaction.atomic():
-        wallet, _ = Wallet.objects.get_or_create(organization=organization)
+        wallet = wallet_get_or_create(organization=organization)
         Wallet.objects.select_for_update().filter(pk=wallet.pk).first()
         if LedgerEntry.objects.filter(wallet=wallet, kind=EntryKind.STARTER_CREDIT).exists():
             return None
@@ -86,7 +87,7 @@ def starter_credit_on_verified(*, user: User) -> LedgerEntry | None:
 def organization_opened(*, organization: Organization, owner: User | None) -> Wallet:
     """Open the wallet of a just-created organization (same transaction) and grant the starter
     credit when its owner is already verified."""
-    wallet, _ = Wallet.objects.get_or_create(organization=organization)
+    wallet = wallet_get_or_create(organization=organization)
     if owner is not None:
         starter_credit_grant(organization=organization, owner=owner)
     return wallet

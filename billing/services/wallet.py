@@ -51,6 +51,26 @@ def wallet_credit(
     return entry
 
 
+def wallet_fund(
+    *, organization: Organization, amount_nanos: int, idempotency_key: str, description: str = ""
+) -> None:
+    """Open the organization's wallet (if it has none) and credit it ``amount_nanos`` as one
+    promotional ``credit`` entry; no entry when ``amount_nanos`` is 0.
+
+    What ``manage.py issue_key`` and test tenants do. Exactly once per ``idempotency_key``, like
+    :func:`wallet_credit`.
+    """
+    wallet_get_or_create(organization=organization)
+    if amount_nanos:
+        wallet_credit(
+            organization=organization,
+            amount_nanos=amount_nanos,
+            kind=EntryKind.CREDIT,
+            idempotency_key=idempotency_key,
+            description=description,
+        )
+
+
 def wallet_adjust(
     *,
     organization: Organization,

@@ -14,8 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts.selectors import organization_get_by_slug, project_get_by_name
 from accounts.services import api_key_create, organization_create, project_create
-from billing.models import EntryKind
-from billing.services import wallet_credit, wallet_get_or_create
+from billing.services.wallet import wallet_fund
 from money.usd import usd_to_nanos
 
 
@@ -41,15 +40,12 @@ class Command(BaseCommand):
         project = project_get_by_name(organization=org, name=opts["project"])
         if project is None:
             project = project_create(organization=org, name=opts["project"])
-        wallet_get_or_create(organization=org)
-        if credit:
-            wallet_credit(
-                organization=org,
-                amount_nanos=credit,
-                kind=EntryKind.CREDIT,
-                idempotency_key=f"issue_key:{secrets.token_hex(8)}",
-                description="Credit from manage.py issue_key",
-            )
+        wallet_fund(
+            organization=org,
+            amount_nanos=credit,
+            idempotency_key=f"issue_key:{secrets.token_hex(8)}",
+            description="Credit from manage.py issue_key",
+        )
         _, raw = api_key_create(project=project, name=opts["name"] or "issued by manage.py")
         self.stdout.write(
             f"organization={org.slug} project={project.name} credit_usd={opts['credit_usd']}"
