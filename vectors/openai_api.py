@@ -25,6 +25,7 @@ from django.db.models import Count, Q
 from config.db import db_async
 from config.errors import InvalidRequest, NotFound, invalid_type, missing_param
 from inference import multipart, tokens
+from inference.chat.validation import invalid_choice
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
 from vectors import metering, services, validation
@@ -199,13 +200,7 @@ async def files_create(request: ApiRequest) -> Response:
     if purpose is None:
         raise missing_param("purpose")
     if purpose not in PURPOSES:
-        raise InvalidRequest(
-            f"Invalid value for 'purpose': {purpose!r}. Supported values are: "
-            + ", ".join(f"'{p}'" for p in PURPOSES)
-            + ".",
-            code="invalid_value",
-            param="purpose",
-        )
+        raise invalid_choice("purpose", purpose, PURPOSES)
     upload = files.get("file")
     if upload is None:
         raise missing_param("file")
