@@ -25,7 +25,6 @@ from django.db.models import Count, Q
 from config.db import db_async
 from config.errors import InvalidRequest, NotFound, invalid_type, missing_param
 from inference import multipart, tokens
-from inference.chat.validation import invalid_choice
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
 from vectors import metering, services, validation
@@ -196,11 +195,9 @@ def _file_find(*, project_id: int, file_id: str, param: str = "file_id") -> Stor
 @metering.free_call("files")
 async def files_create(request: ApiRequest) -> Response:
     fields, files = await multipart.aparse(request.headers.get("content-type", ""), request.body)
-    purpose = fields.get("purpose")
-    if purpose is None:
+    if fields.get("purpose") is None:
         raise missing_param("purpose")
-    if purpose not in PURPOSES:
-        raise invalid_choice("purpose", purpose, PURPOSES)
+    purpose = metered.choice(fields, "purpose", PURPOSES, default="")
     upload = files.get("file")
     if upload is None:
         raise missing_param("file")
@@ -212,7 +209,7 @@ async def files_create(request: ApiRequest) -> Response:
             project_id=key.project_id,
             public_id=services.new_public_id("file-"),
             filename=(upload.filename or "upload").replace("\x00", "")[:256] or "upload",
-            purpose=str(purpose),
+            purpose=purpose,
             content=upload.content,
             bytes=len(upload.content),
         )
