@@ -9,13 +9,24 @@ visible to the server's connections) and cache.
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import quote
 
 import httpx
+import pytest
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -36,6 +47,59 @@ def wait_http(url: str, *, seconds: float = 30.0) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+def wait_for(check: Callable[[], T], *, seconds: float = 30.0) -> T:
+    """Poll ``check`` every 50 ms until it returns something true, and return that; the test
+    fails when ``seconds`` pass first (work the server finishes after answering, a subprocess)."""
+    deadline = time.monotonic() + seconds
+    while not (result := check()):
+        assert time.monotonic() < deadline, f"not reached within {seconds} s"
+        time.sleep(0.05)
+    return result
+
+
+def shared_database_url() -> str:
+    """The URL of the database this test run uses, for a second process that must share it."""
+    db = settings.DATABASES["default"]
+    auth = quote(db.get("USER") or "postgres")
+    if db.get("PASSWORD"):
+        auth += ":" + quote(db["PASSWORD"])
+    host, port = db.get("HOST") or "127.0.0.1", db.get("PORT") or 5432
+    return f"postgres://{auth}@{host}:{port}/{db['NAME']}"
+
+
+# A second process sees the test's rows and cache only through PostgreSQL and Redis.
+needs_shared_stores = pytest.mark.skipif(
+    not os.environ.get("DATABASE_URL", "").startswith("postgres")
+    or not os.environ.get("REDIS_URL"),
+    reason="a second process shares the test database and Redis only on PostgreSQL + Redis",
+)
+
+
+def server_process(**env: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The production server (``config.server``, test settings) in a process of its own on a
+    free port and the test database, ``env`` added to this process's environment; returns the
+    process and its base URL once ``/healthz`` answers. The caller stops the process."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "DATABASE_URL": shared_database_url(),
+        **env,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "config.server", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/healthz", seconds=60)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, url
 
 
 @contextmanager

@@ -108,6 +108,8 @@ def test_revocation_in_another_process_is_seen_at_once(settings):
     import subprocess
     import sys
 
+    from tests.live import shared_database_url
+
     if not settings.REDIS_URL or settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         pytest.skip(
             "needs Redis (the shared store) and PostgreSQL (a database two processes share)"
@@ -115,11 +117,10 @@ def test_revocation_in_another_process_is_seen_at_once(settings):
     org = organization_create(name="Acme")
     api_key, raw = api_key_create(project=project_create(organization=org, name="p"))
     auth(f"Bearer {raw}")  # cached here
-    db = settings.DATABASES["default"]
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.test",
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "DATABASE_URL": shared_database_url(),
     }
     code = (
         "import django; django.setup(); "

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from urllib.parse import quote
 
 import pytest
 from django.conf import settings
@@ -24,6 +23,7 @@ from billing.selectors import ledger_sum
 from billing.services import hold_settle
 from tests.billing.attempts import HoldAttempts
 from tests.billing.conftest import open_hold, postgres_only
+from tests.live import shared_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,20 +36,10 @@ PER_PROCESS = 64
 PROCESS_THREADS = 4
 
 
-def _test_database_url() -> str:
-    db = settings.DATABASES["default"]
-    auth = quote(db.get("USER") or "postgres")
-    if db.get("PASSWORD"):
-        auth += ":" + quote(db["PASSWORD"])
-    return (
-        f"postgres://{auth}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
-    )
-
-
 def _spawn(tenant, prefix: str) -> subprocess.Popen[str]:
     env = {
         **os.environ,
-        "DATABASE_URL": _test_database_url(),
+        "DATABASE_URL": shared_database_url(),
         "DJANGO_SETTINGS_MODULE": "config.settings.test",
     }
     args = [tenant.org.pk, tenant.project.pk, tenant.key.pk, prefix, PER_PROCESS]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import openai
@@ -13,17 +14,11 @@ from accounts.models import ApiKey
 from billing.models import Hold, HoldStatus, LedgerEntry
 from inference import tokens
 from inference.models import RequestLog, RequestStatus
+from tests.fakes.vendors import FakeVendor
+from tests.live import wait_for
 
 pytestmark = pytest.mark.usefixtures("fake_catalog")
 MESSAGES = [{"role": "user", "content": "hello"}]
-
-
-def _wait(predicate, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.05)
 
 
 def test_failover_before_first_byte(issue_key, client_for, fake_catalog):
@@ -92,20 +87,27 @@ def test_failure_after_first_byte_ends_with_an_error_and_bills_what_was_delivere
     assert not Hold.objects.filter(status=HoldStatus.OPEN).exists()
 
 
-def test_client_disconnect_cancels_upstream_and_bills_delivered_tokens(
-    api_base, issue_key, fake_catalog
-):
-    fake_catalog["primary"].chunk_delay_s = 0.2
+@contextmanager
+def _slow_stream(api_base: str, key: str, vendor: FakeVendor) -> Iterator[httpx.Response]:
+    """A streamed chat of 40 words that ``vendor`` relays one every 0.2 s, on the raw HTTP API."""
+    vendor.chunk_delay_s = 0.2
     words = " ".join(f"w{i}" for i in range(40))
     body = {"model": "test-large", "messages": [{"role": "user", "content": words}], "stream": True}
-    delivered = []
     with httpx.stream(
         "POST",
         api_base + "/chat/completions",
         json=body,
-        headers={"authorization": f"Bearer {issue_key()}"},
+        headers={"authorization": f"Bearer {key}"},
         timeout=30,
-    ) as r:
+    ) as response:
+        yield response
+
+
+def test_client_disconnect_cancels_upstream_and_bills_delivered_tokens(
+    api_base, issue_key, fake_catalog
+):
+    delivered = []
+    with _slow_stream(api_base, issue_key(), fake_catalog["primary"]) as r:
         request_id = r.headers["x-infrai-request-id"]
         for line in r.iter_lines():
             if line.startswith("data: "):
@@ -116,7 +118,7 @@ def test_client_disconnect_cancels_upstream_and_bills_delivered_tokens(
     # the upstream stream was cancelled long before its 40 words
     assert fake_catalog["primary"].stream_closed.wait(10)
     assert fake_catalog["primary"].chunks_sent < 20
-    _wait(lambda: RequestLog.objects.filter(request_id=request_id).exists())
+    wait_for(lambda: RequestLog.objects.filter(request_id=request_id).exists())
     log = RequestLog.objects.get(request_id=request_id)
     assert log.status == RequestStatus.CANCELLED
     # every chunk the server handed over was counted; the client may not have read the last one
@@ -180,9 +182,7 @@ def test_empty_wallet_is_402_and_never_retried(issue_key, client_for, fake_catal
     assert fake_catalog["primary"].requests == []
     # One attempt (never retried), in the request log with its status once written (off the
     # response path, so wait for it).
-    deadline = time.monotonic() + 10
-    while not RequestLog.objects.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(RequestLog.objects.exists)
     assert list(RequestLog.objects.values_list("http_status", "error_code")) == [
         (402, "insufficient_quota")
     ]
@@ -289,16 +289,7 @@ def test_a_stopping_process_bills_the_streams_it_is_relaying(api_base, issue_key
     """Daphne drops open streams on SIGTERM without their cleanup; the exit hook bills them."""
     from inference.pipeline import settle_inflight_now
 
-    fake_catalog["primary"].chunk_delay_s = 0.2
-    words = " ".join(f"w{i}" for i in range(40))
-    body = {"model": "test-large", "messages": [{"role": "user", "content": words}], "stream": True}
-    with httpx.stream(
-        "POST",
-        api_base + "/chat/completions",
-        json=body,
-        headers={"authorization": f"Bearer {issue_key()}"},
-        timeout=30,
-    ) as r:
+    with _slow_stream(api_base, issue_key(), fake_catalog["primary"]) as r:
         request_id = r.headers["x-infrai-request-id"]
         lines = r.iter_lines()
         received = [

@@ -9,7 +9,7 @@ import pytest
 
 from billing.models import Hold, LedgerEntry
 from inference.models import RequestLog, RequestStatus
-from tests.inference.test_money_faults import wait_for
+from tests.live import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -24,18 +24,11 @@ from inference.chat.validation import parse_chat_request
 from inference.endpoints.chat import routing_request
 from inference.models import RequestLog, RequestStatus
 from money.pricing import Usage
+from tests.live import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CHAT = {"model": "test-large", "messages": [{"role": "user", "content": "alpha beta gamma delta"}]}
-
-
-def wait_for(predicate, seconds: float = 15.0) -> None:  # type: ignore[no-untyped-def]
-    """Poll ``predicate`` until it holds (the server settles after the client has left)."""
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "the server did not settle in time"
-        time.sleep(0.05)
 
 
 def assert_settled_once(request_id: str) -> RequestLog:

@@ -20,7 +20,7 @@ from django.db.models import Sum
 from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Wallet
 from inference.models import RequestLog
-from tests.inference.test_money_faults import wait_for
+from tests.live import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

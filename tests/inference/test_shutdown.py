@@ -10,12 +10,8 @@ abandoned. Either way no hold stays open and the audit is clean.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import signal
-import subprocess
-import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,39 +24,15 @@ from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry
 from billing.services import holds_expire
 from inference.models import RequestLog, RequestStatus
 from inference.tasks import log_abandoned_calls
-from tests.inference.test_money_faults import assert_settled_once, wait_for
-from tests.live import free_port, wait_http
+from tests.inference.test_money_faults import assert_settled_once
+from tests.live import needs_shared_stores, server_process, wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        not os.environ.get("DATABASE_URL", "").startswith("postgres")
-        or not os.environ.get("REDIS_URL"),
-        reason="a second process shares the test database and Redis only on PostgreSQL + Redis",
-    ),
+    needs_shared_stores,
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
 WORDS = " ".join(f"w{i}" for i in range(30))
-
-
-def _start_server() -> tuple[subprocess.Popen[bytes], str]:
-    db = settings.DATABASES["default"]
-    port = free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "config.settings.test",
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "INFRAI_DRAIN_S": "0.5",
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "config.server", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/healthz", seconds=60)
-    return proc, url
 
 
 class _Stream(threading.Thread):
@@ -103,7 +75,7 @@ def test_sigterm_drains_streams_and_plain_calls_billing_each_once(issue_key, fak
     fake_catalog["primary"].chunk_delay_s = 0.3
     fake_catalog["anthro"].stall_s = 8.0
     key = issue_key()
-    proc, url = _start_server()
+    proc, url = server_process(INFRAI_DRAIN_S="0.5")
     try:
         streams = [_Stream(url, key) for _ in range(2)]
         for s in streams:
@@ -149,7 +121,7 @@ def test_after_sigkill_the_sweeper_releases_and_names_the_abandoned_call(
     issue_key, fake_catalog
 ) -> None:
     fake_catalog["primary"].chunk_delay_s = 0.3
-    proc, url = _start_server()
+    proc, url = server_process(INFRAI_DRAIN_S="0.5")
     try:
         stream = _Stream(url, issue_key())
         stream.start()

@@ -32,7 +32,6 @@ import httpx
 import openai
 import pytest
 import yaml
-from django.conf import settings as django_settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.sessions.backends.db import SessionStore
 from websockets.sync.client import connect as ws_connect
@@ -51,6 +50,7 @@ from billing.models import Hold, HoldStatus
 from catalog.documents import SEED_PATH, catalog_load
 from inference.models import RequestLog
 from tests.inference.test_money_faults import assert_settled_once
+from tests.live import shared_database_url, wait_for
 from tests.ops.conftest import moved, parse_metrics, total
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,11 +142,10 @@ def cluster(
     monkeypatch.setenv("INFRAI_GPU_BACKEND_TOKEN", GPU_TOKEN)
     catalog_load({"vendors": [gpu], "models": [minilm]})
 
-    db = django_settings.DATABASES["default"]
     base = _free_base()
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "DATABASE_URL": shared_database_url(),
         "DJANGO_SETTINGS_MODULE": "config.settings.production",
         "DJANGO_SECRET_KEY": SECRET,
         "INFRAI_KEY_PEPPER": PEPPER,
@@ -224,14 +223,6 @@ class Stream(threading.Thread):
                     self.chunks.append(chunk)
         except BaseException as exc:  # the SDK raises on the error event
             self.error = exc
-
-
-def wait_for(check: Callable[[], Any], seconds: float = 30.0) -> Any:
-    deadline = time.monotonic() + seconds
-    while not (result := check()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-    return result
 
 
 def test_the_topology_serves_through_nginx_and_survives_a_web_process_stopping(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,6 +31,7 @@ from catalog.models import Vendor
 from config.observability import tracing
 from config.observability.logs import JsonFormatter
 from inference.models import RequestLog
+from tests.live import wait_for
 from tests.ops.conftest import Samples, moved, parse_metrics, total
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,14 +45,6 @@ def scrape(live_url: str) -> Samples:
     r = httpx.get(live_url + "/metrics", headers={"authorization": f"Bearer {TOKEN}"})
     assert r.status_code == 200, r.text
     return parse_metrics(r.text)
-
-
-def wait_for(check: Callable[[], Any], seconds: float = 10.0) -> Any:
-    deadline = time.monotonic() + seconds
-    while not (result := check()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-    return result
 
 
 @pytest.fixture

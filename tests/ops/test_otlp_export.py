@@ -4,33 +4,22 @@ collector (here an HTTP server on 127.0.0.1 that decodes what it receives)."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from django.conf import settings
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.live import free_port, wait_http
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.live import needs_shared_stores, server_process
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        not os.environ.get("DATABASE_URL", "").startswith("postgres")
-        or not os.environ.get("REDIS_URL"),
-        reason="a second process shares the test database and Redis only on PostgreSQL + Redis",
-    ),
+    needs_shared_stores,
 ]
 
 
@@ -69,23 +58,11 @@ def test_a_configured_process_exports_its_spans_over_otlp(
 ) -> None:
     collector = Collector()
     threading.Thread(target=collector.serve_forever, daemon=True).start()
-    db = settings.DATABASES["default"]
-    port = free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "config.settings.test",
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}",
-        "OTEL_BSP_SCHEDULE_DELAY": "100",
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "config.server", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
+    proc, url = server_process(
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.server_address[1]}",
+        OTEL_BSP_SCHEDULE_DELAY="100",
     )
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(url + "/healthz", seconds=60)
         client = openai.OpenAI(base_url=url + "/v1", api_key=issue_key(), max_retries=0)
         client.chat.completions.create(
             model="test-large", messages=[{"role": "user", "content": "hi"}], max_tokens=5
