@@ -43,8 +43,13 @@ def _production_env(**changes: str | None) -> dict[str, str]:
 
 
 def _manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``manage.py *args`` in a fresh interpreter with exactly ``env``; output captured."""
+    return _python(env, "manage.py", *args)
+
+
+def _python(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "manage.py", *args],
+        [sys.executable, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -60,12 +65,14 @@ def test_complete_production_settings_pass_check_deploy():
 
 @pytest.mark.parametrize(
     ("changes", "named"),
-    [({"REDIS_URL": None}, "REDIS_URL"),
+    [({"DJANGO_SECRET_KEY": None}, "DJANGO_SECRET_KEY"),
+     ({"REDIS_URL": None}, "REDIS_URL"),
      ({"INFRAI_KEY_PEPPER": ""}, "INFRAI_KEY_PEPPER"),
      ({"STRIPE_WEBHOOK_SECRET": ""}, "STRIPE_WEBHOOK_SECRET"),
      ({"DJANGO_ALLOWED_HOSTS": "*"}, "DJANGO_ALLOWED_HOSTS"),
      ({"EMAIL_BACKEND": "django.core.mail.backends.console.EmailBackend"}, "EMAIL_BACKEND")],
-    ids=["no-redis", "empty-pepper", "empty-webhook-secret", "any-host", "console-mail"],
+    ids=["no-secret-key", "no-redis", "empty-pepper", "empty-webhook-secret", "any-host",
+         "console-mail"],
 )  # fmt: skip
 def test_production_refuses_to_start_half_configured(changes, named):
     result = _manage(_production_env(**changes), "check")
@@ -121,14 +128,7 @@ def _local_secret_key(data_dir: Path) -> str:
         DJANGO_SECRET_KEY=None,
         INFRAI_DATA_DIR=str(data_dir),
     )
-    result = subprocess.run(
-        [sys.executable, "-c", "from django.conf import settings; print(settings.SECRET_KEY)"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = _python(env, "-c", "from django.conf import settings; print(settings.SECRET_KEY)")
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
