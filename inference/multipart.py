@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from email.message import Message
-from typing import Any
+from typing import Any, NamedTuple
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 
@@ -26,9 +26,9 @@ MAX_PART_HEADERS = 8
 MAX_PART_HEADER_BYTES = 4096
 
 
-@dataclass(frozen=True, slots=True)
-class Upload:
-    """An uploaded file."""
+class Upload(NamedTuple):
+    """An uploaded file; as a tuple it is the ``(name, bytes, content type)`` an adapter's
+    ``transcribe`` takes (:data:`~inference.vendors.base.FileUpload`)."""
 
     filename: str
     content: bytes
@@ -40,9 +40,7 @@ class _Refused(Exception):
 
 
 def _malformed(detail: str) -> InvalidRequest:
-    return InvalidRequest(
-        f"Malformed multipart/form-data body: {detail}.", code="invalid_value", param="file"
-    )
+    return InvalidRequest(f"Malformed multipart/form-data body: {detail}.", param="file")
 
 
 @dataclass
@@ -71,9 +69,7 @@ class _Collector:
         if self.parts > self.max_parts:
             self.refuse(
                 InvalidRequest(
-                    f"A multipart body may hold at most {self.max_parts} parts.",
-                    code="invalid_value",
-                    param="file",
+                    f"A multipart body may hold at most {self.max_parts} parts.", param="file"
                 )
             )
         self._headers, self._data, self._size, self._is_file = [], [], 0, False
@@ -103,7 +99,6 @@ class _Collector:
             self.refuse(
                 InvalidRequest(
                     f"A form field may hold at most {MAX_FIELD_BYTES} bytes.",
-                    code="invalid_value",
                     param=self._name() or "file",
                 )
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,7 +135,6 @@ def number(data: dict[str, Any], name: str, low: float, high: float) -> float | 
         raise InvalidRequest(
             f"Invalid value for '{name}': {json.dumps(value)}. It must be between {low:g} and "
             f"{high:g}.",
-            code="invalid_value",
             param=name,
         )
     return float(value)
@@ -160,10 +160,29 @@ def positive_int(data: dict[str, Any], name: str, high: int | None = None) -> in
         limit = f" and at most {high}" if high is not None else ""
         raise InvalidRequest(
             f"Invalid value for '{name}': {value}. It must be a positive integer{limit}.",
-            code="invalid_value",
             param=name,
         )
     return int(value)
+
+
+def invalid_choice(name: str, value: Any, allowed: Iterable[str]) -> InvalidRequest:
+    """The 400 for ``value`` of the field ``name`` that is not one of ``allowed`` (listed)."""
+    return InvalidRequest(
+        f"Invalid value for '{name}': {json.dumps(value)}. Supported values are: "
+        + ", ".join(f"'{a}'" for a in allowed)
+        + ".",
+        param=name,
+    )
+
+
+def check_routing_fields(data: dict[str, Any]) -> None:
+    """The platform's ``task`` and ``prefer`` (from ``extra_body``): strings, and ``prefer``
+    one of :data:`~catalog.routing.PREFERENCES`; else a 400 naming the field."""
+    for name in ("task", "prefer"):
+        if data.get(name) is not None and not isinstance(data[name], str):
+            raise invalid_type(name, "a string")
+    if data.get("prefer") is not None and data["prefer"] not in PREFERENCES:
+        raise prefer_refusal(data["prefer"])
 
 
 def _check_penalties(data: dict[str, Any]) -> None:
@@ -175,9 +194,7 @@ def _check_penalties(data: dict[str, Any]) -> None:
             raise invalid_type(name, "a number")
         if value != 0:
             raise InvalidRequest(
-                PENALTY_MESSAGE.format(name=name, value=json.dumps(value)),
-                code="invalid_value",
-                param=name,
+                PENALTY_MESSAGE.format(name=name, value=json.dumps(value)), param=name
             )
 
 
@@ -221,7 +238,6 @@ def _check_parts(parts: list[Any], role: str, param: str) -> bool:
             raise InvalidRequest(
                 f"Invalid content part type {json.dumps(kind)} for role '{role}'; "
                 f"expected one of {sorted(allowed)}.",
-                code="invalid_value",
                 param=f"{p}.type",
             )
         if kind == "text" and not isinstance(part.get("text"), str):
@@ -234,7 +250,6 @@ def _check_parts(parts: list[Any], role: str, param: str) -> bool:
             if image.get("detail", "auto") not in ("auto", "low", "high"):
                 raise InvalidRequest(
                     "Invalid value for 'detail': use auto, low or high.",
-                    code="invalid_value",
                     param=f"{p}.image_url.detail",
                 )
             has_image = True
@@ -262,9 +277,7 @@ def _check_messages(messages: Any) -> tuple[bool, int, int]:
     if not isinstance(messages, list):
         raise invalid_type("messages", "an array")
     if not messages:
-        raise InvalidRequest(
-            "'messages' must contain at least one message.", code="invalid_value", param="messages"
-        )
+        raise InvalidRequest("'messages' must contain at least one message.", param="messages")
     has_image = False
     size = 0
     for i, message in enumerate(messages):
@@ -278,7 +291,6 @@ def _check_messages(messages: Any) -> tuple[bool, int, int]:
             raise InvalidRequest(
                 f"Invalid value for 'role': {json.dumps(role)}. Supported roles are "
                 "'system', 'developer', 'user', 'assistant' and 'tool'.",
-                code="invalid_value",
                 param=f"{p}.role",
             )
         content = message.get("content")
@@ -305,9 +317,7 @@ def _check_tools(data: dict[str, Any]) -> list[str]:
     if tools is None:
         if data.get("tool_choice") not in (None, "none", "auto"):
             raise InvalidRequest(
-                "'tool_choice' is only allowed when 'tools' are specified.",
-                code="invalid_value",
-                param="tool_choice",
+                "'tool_choice' is only allowed when 'tools' are specified.", param="tool_choice"
             )
         return []
     if not isinstance(tools, list):
@@ -317,9 +327,7 @@ def _check_tools(data: dict[str, Any]) -> list[str]:
         p = f"tools[{i}]"
         if not isinstance(tool, dict) or tool.get("type") != "function":
             raise InvalidRequest(
-                "Each tool must be {'type': 'function', 'function': {...}}.",
-                code="invalid_value",
-                param=f"{p}.type",
+                "Each tool must be {'type': 'function', 'function': {...}}.", param=f"{p}.type"
             )
         function = tool.get("function")
         if not isinstance(function, dict):
@@ -328,7 +336,6 @@ def _check_tools(data: dict[str, Any]) -> list[str]:
         if not isinstance(name, str) or not _TOOL_NAME.match(name):
             raise InvalidRequest(
                 "Invalid tool name: use 1-64 letters, digits, '_' or '-'.",
-                code="invalid_value",
                 param=f"{p}.function.name",
             )
         if "parameters" in function and not isinstance(function["parameters"], dict):
@@ -341,7 +348,6 @@ def _check_tools(data: dict[str, Any]) -> list[str]:
                 raise InvalidRequest(
                     "Invalid value for 'tool_choice': use 'none', 'auto', 'required' or a "
                     "named function.",
-                    code="invalid_value",
                     param="tool_choice",
                 )
         elif isinstance(choice, dict):
@@ -349,7 +355,6 @@ def _check_tools(data: dict[str, Any]) -> list[str]:
             if name not in names:
                 raise InvalidRequest(
                     f"tool_choice names the function {json.dumps(name)}, which is not in 'tools'.",
-                    code="invalid_value",
                     param="tool_choice",
                 )
         else:
@@ -371,7 +376,6 @@ def _check_response_format(data: dict[str, Any]) -> bool:
     if kind not in ("text", "json_object", "json_schema"):
         raise InvalidRequest(
             "Invalid value for 'response_format.type': use 'text', 'json_object' or 'json_schema'.",
-            code="invalid_value",
             param="response_format.type",
         )
     if kind == "json_schema":
@@ -393,9 +397,7 @@ def _check_misc(data: dict[str, Any]) -> None:
             raise invalid_type("stream_options", "an object")
         if not data.get("stream"):
             raise InvalidRequest(
-                "'stream_options' is only allowed when 'stream' is true.",
-                code="invalid_value",
-                param="stream_options",
+                "'stream_options' is only allowed when 'stream' is true.", param="stream_options"
             )
     stop = data.get("stop")
     if stop is not None:
@@ -403,31 +405,23 @@ def _check_misc(data: dict[str, Any]) -> None:
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
             raise invalid_type("stop", "a string or an array of strings")
         if len(stops) > 4:
-            raise InvalidRequest(
-                "'stop' takes at most 4 sequences.", code="invalid_value", param="stop"
-            )
+            raise InvalidRequest("'stop' takes at most 4 sequences.", param="stop")
     if data.get("seed") is not None:
         if not _is_int(data["seed"]):
             raise invalid_type("seed", "an integer")
         if not _INT64[0] <= data["seed"] <= _INT64[1]:
             raise InvalidRequest(
-                f"Invalid 'seed': {data['seed']} is outside the 64-bit integer range.",
-                code="invalid_value",
-                param="seed",
+                f"Invalid 'seed': {data['seed']} is outside the 64-bit integer range.", param="seed"
             )
     top_logprobs = data.get("top_logprobs")
     if top_logprobs is not None:
         if not _is_int(top_logprobs) or not 0 <= top_logprobs <= 20:
             raise InvalidRequest(
-                "'top_logprobs' must be an integer between 0 and 20.",
-                code="invalid_value",
-                param="top_logprobs",
+                "'top_logprobs' must be an integer between 0 and 20.", param="top_logprobs"
             )
         if not data.get("logprobs"):
             raise InvalidRequest(
-                "'top_logprobs' requires 'logprobs' to be true.",
-                code="invalid_value",
-                param="top_logprobs",
+                "'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs"
             )
     bias = data.get("logit_bias")
     if bias is not None:
@@ -437,16 +431,11 @@ def _check_misc(data: dict[str, Any]) -> None:
             if not str(token).isdigit() or not _is_number(value) or not -100 <= value <= 100:
                 raise InvalidRequest(
                     "'logit_bias' maps token ids to numbers between -100 and 100.",
-                    code="invalid_value",
                     param="logit_bias",
                 )
     if data.get("user") is not None and not isinstance(data["user"], str):
         raise invalid_type("user", "a string")
-    for name in ("task", "prefer"):
-        if data.get(name) is not None and not isinstance(data[name], str):
-            raise invalid_type(name, "a string")
-    if data.get("prefer") is not None and data["prefer"] not in PREFERENCES:
-        raise prefer_refusal(data["prefer"])
+    check_routing_fields(data)
     if data.get("cache") is not None and not isinstance(data["cache"], bool):
         raise invalid_type("cache", "a boolean")
     _check_accepted_extras(data)
@@ -460,7 +449,6 @@ def _check_vllm_extras(data: dict[str, Any]) -> set[str]:
     if len(guided) > 1:
         raise InvalidRequest(
             f"Use one kind of guided decoding, not both '{guided[0]}' and '{guided[1]}'.",
-            code="invalid_value",
             param=guided[1],
         )
     schema = data.get("guided_json")
@@ -488,13 +476,7 @@ def _check_accepted_extras(data: dict[str, Any]) -> None:
     for name, allowed in (("reasoning_effort", _REASONING_EFFORTS), ("verbosity", _VERBOSITIES)):
         value = data.get(name)
         if value is not None and value not in allowed:
-            raise InvalidRequest(
-                f"Invalid value for '{name}': {json.dumps(value)}. Supported values are: "
-                + ", ".join(f"'{a}'" for a in allowed)
-                + ".",
-                code="invalid_value",
-                param=name,
-            )
+            raise invalid_choice(name, value, allowed)
     modalities = data.get("modalities")
     if modalities is not None:
         if not isinstance(modalities, list) or not all(isinstance(m, str) for m in modalities):
@@ -512,7 +494,6 @@ def _check_accepted_extras(data: dict[str, Any]) -> None:
         if not isinstance(prediction, dict) or prediction.get("type") != "content":
             raise InvalidRequest(
                 "Invalid value for 'prediction': expected {'type': 'content', 'content': ...}.",
-                code="invalid_value",
                 param="prediction",
             )
         if not isinstance(prediction.get("content"), str | list):
@@ -534,7 +515,6 @@ def _legacy_functions(data: dict[str, Any]) -> dict[str, Any]:
         raise InvalidRequest(
             "Use either 'tools' / 'tool_choice' or the legacy 'functions' / 'function_call', "
             "not both.",
-            code="invalid_value",
             param="functions" if functions is not None else "function_call",
         )
     out = {k: v for k, v in data.items() if k not in _LEGACY}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import struct
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +26,6 @@ from inference import tokens
 from inference.chat.validation import positive_int
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
-from inference.pipeline import Call
 from inference.vendors.base import JSON
 from money.pricing import Usage
 
@@ -84,15 +82,11 @@ def _inputs(raw: Any) -> list[str | list[int]]:
     else:
         raise invalid_type("input", "a non-empty string, array of strings or array of token ids")
     if len(items) > MAX_INPUTS:
-        raise InvalidRequest(
-            f"'input' may hold at most {MAX_INPUTS} items.", code="invalid_value", param="input"
-        )
+        raise InvalidRequest(f"'input' may hold at most {MAX_INPUTS} items.", param="input")
     for i, item in enumerate(items):
         if isinstance(item, str):
             if not item:
-                raise InvalidRequest(
-                    f"'input[{i}]' must not be empty.", code="invalid_value", param=f"input[{i}]"
-                )
+                raise InvalidRequest(f"'input[{i}]' must not be empty.", param=f"input[{i}]")
         elif not _is_token_list(item):
             raise invalid_type(f"input[{i}]", "a string or an array of token ids")
     return items
@@ -112,7 +106,6 @@ def _decoded(items: list[str | list[int]], single: bool) -> str | list[str]:
             raise InvalidRequest(
                 f"Invalid token ids in '{param}': {exc}. Token-id input is read as OpenAI's "
                 "cl100k_base ids.",
-                code="invalid_value",
                 param=param,
             ) from None
     return texts[0] if single else texts
@@ -214,42 +207,22 @@ async def embeddings(request: ApiRequest) -> Response:
     """The endpoint. See the module docstring."""
     data = request.json()
     parsed = parse_embedding_request(data)
-    likely = parsed.tokens_upper // 4 + parsed.token_ids
-    worst = Usage(input_tokens=parsed.tokens_upper)
-    params = {"dimensions": parsed.dimensions} if parsed.dimensions is not None else {}
-
-    def open_call() -> Awaitable[Call]:
-        return metered.open_call(
-            request,
-            endpoint=ENDPOINT,
-            routing=parsed.routing,
-            capability="embeddings",
-            limit_tokens=likely,
-            expected=Usage(input_tokens=likely),
-            worst_case=lambda _candidate: worst,
-            params=params,
-        )
-
-    def run(call: Call) -> Awaitable[JSON]:
-        call.prompt = "\n".join(parsed.texts)[:20000]
-        return metered.call_and_settle(
-            call,
-            lambda adapter, target, candidate: adapter.embed(target, parsed.payload_for(candidate)),
-            lambda answer: usage_of(parsed, answer),
-        )
-
     call, body = await metered.call_cached(
         request,
         endpoint=ENDPOINT,
+        capability="embeddings",
         routing=parsed.routing,
         cache_data=data,
-        limit_tokens=likely,
-        open_call=open_call,
-        run=run,
+        texts=parsed.texts,
+        likely_tokens=parsed.tokens_upper // 4 + parsed.token_ids,
+        worst_tokens=parsed.tokens_upper,
+        fn=lambda adapter, target, candidate: adapter.embed(target, parsed.payload_for(candidate)),
+        usage_of=lambda answer: usage_of(parsed, answer),
+        params={"dimensions": parsed.dimensions} if parsed.dimensions is not None else None,
     )
     out = render(body, parsed, call.served()["model"], call.usage)
     out["infrai"] = call.infrai()
     return json_response(out, headers=call.headers())
 
 
-route("/v1/embeddings", methods={"POST": embeddings})
+route("/v1/embeddings", methods={"POST": embeddings}, confirms_key=True)

@@ -11,14 +11,14 @@ the call is finished: the caller only renders the answer with ``call.infrai()`` 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from catalog.routing import PREFERENCES, Candidate, RoutingRequest, prefer_refusal
+from catalog.routing import Candidate, RoutingRequest
 from config.errors import InvalidRequest, invalid_type, missing_param
 from inference import response_cache
+from inference.chat.validation import check_routing_fields, invalid_choice
 from inference.http import ApiRequest
 from inference.pipeline import Call, spawn
 from inference.vendors import Adapter, VendorTarget
@@ -58,13 +58,8 @@ def routing_fields(data: dict[str, Any], *, default_model: str = "auto") -> Rout
     model = data.get("model", default_model)
     if not isinstance(model, str) or not model.strip():
         raise invalid_type("model", "a non-empty string")
-    for name in ("task", "prefer"):
-        if data.get(name) is not None and not isinstance(data[name], str):
-            raise invalid_type(name, "a string")
-    prefer = data.get("prefer")
-    if prefer is not None and prefer not in PREFERENCES:
-        raise prefer_refusal(prefer)
-    return Routing(model=model.strip(), task=data.get("task"), prefer=prefer)
+    check_routing_fields(data)
+    return Routing(model=model.strip(), task=data.get("task"), prefer=data.get("prefer"))
 
 
 def choice(data: dict[str, Any], name: str, allowed: Iterable[str], default: str) -> str:
@@ -74,13 +69,7 @@ def choice(data: dict[str, Any], name: str, allowed: Iterable[str], default: str
         return default
     options = tuple(allowed)
     if value not in options:
-        raise InvalidRequest(
-            f"Invalid value for '{name}': {json.dumps(value)}. Supported values are: "
-            + ", ".join(f"'{o}'" for o in options)
-            + ".",
-            code="invalid_value",
-            param=name,
-        )
+        raise invalid_choice(name, value, options)
     return str(value)
 
 
@@ -90,11 +79,7 @@ def required_text(data: dict[str, Any], name: str, max_chars: int) -> str:
     if text is None:
         raise missing_param(name)
     if not text.strip() or len(text) > max_chars:
-        raise InvalidRequest(
-            f"'{name}' must hold 1 to {max_chars} characters.",
-            code="invalid_value",
-            param=name,
-        )
+        raise InvalidRequest(f"'{name}' must hold 1 to {max_chars} characters.", param=name)
     return text
 
 
@@ -145,19 +130,26 @@ async def call_cached(
     request: ApiRequest,
     *,
     endpoint: str,
+    capability: str,
     routing: Routing,
     cache_data: dict[str, Any],
-    limit_tokens: int,
-    open_call: Callable[[], Awaitable[Call]],
-    run: Callable[[Call], Awaitable[JSON]],
+    texts: list[str],
+    likely_tokens: int,
+    worst_tokens: int,
+    fn: VendorCall[JSON],
+    usage_of: Callable[[JSON], tuple[Usage, bool]],
+    params: dict[str, Any] | None = None,
 ) -> tuple[Call, JSON]:
-    """One deterministic call through the exact cache: ``(call, vendor body)``.
+    """One deterministic call billed by input tokens, through the exact cache: ``(call, vendor
+    body)``. The call is finished when it returns.
 
     A hit (``cache_data`` — the request body — seen before by this organization, or an
-    identical request in flight in this process) is counted against the key's limits, costs
-    nothing and is logged; the body is the one the vendor gave the first caller. A miss opens
-    the call (``open_call``: route → limit → hold), runs it (``run``: call and settle) and
-    caches the body with the usage it was billed for (a hit logs that usage, at no cost).
+    identical request in flight in this process) counts ``likely_tokens`` against the key's
+    limits, costs nothing and is logged; the body is the one the vendor gave the first caller.
+    A miss opens the call (:func:`open_call`: routed by ``capability`` and ``params``, limited
+    by ``likely_tokens``, ``worst_tokens`` of input held), logs ``texts`` as its prompt, calls
+    the vendors (``fn``) and settles (:func:`call_and_settle` with ``usage_of``), and caches
+    the body with the usage it was billed for (a hit logs that usage, at no cost).
     """
     key = response_cache.cache_key(
         organization_id=request.caller.organization_id,
@@ -168,13 +160,24 @@ async def call_cached(
     hit = await response_cache.find(key)
     if hit is not None:
         call = Call(request=request, endpoint=endpoint, requested_model=routing.model)
-        await call.limit(tokens=limit_tokens)
+        await call.limit(tokens=likely_tokens)
         await call.finish_cached(hit, Usage(**hit["usage"]))
         return call, dict(hit["body"])
+    worst = Usage(input_tokens=worst_tokens)
     leader = response_cache.lead(key)
     try:
-        call = await open_call()
-        body = await run(call)
+        call = await open_call(
+            request,
+            endpoint=endpoint,
+            routing=routing,
+            capability=capability,
+            limit_tokens=likely_tokens,
+            expected=Usage(input_tokens=likely_tokens),
+            worst_case=lambda _candidate: worst,
+            params=params,
+        )
+        call.prompt = "\n".join(texts)[:20000]
+        body = await call_and_settle(call, fn, usage_of)
         entry = {"body": body, "usage": dataclasses.asdict(call.usage), **call.served()}
         leader.done(entry)
         spawn(leader.store(entry))

@@ -10,7 +10,6 @@ shape: ``id``, ``model``, ``results[]`` with ``flagged``, ``categories`` and
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +17,6 @@ from config.errors import InvalidRequest, UpstreamError, invalid_type, missing_p
 from inference import tokens
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
-from inference.pipeline import Call
 from inference.vendors.base import JSON
 from money.pricing import Usage
 
@@ -59,7 +57,6 @@ def _parts(items: list[Any]) -> tuple[list[str], int]:
         else:
             raise InvalidRequest(
                 "Each input part must be {'type': 'text', ...} or {'type': 'image_url', ...}.",
-                code="invalid_value",
                 param=f"input[{i}].type",
             )
     return texts, images
@@ -102,36 +99,17 @@ async def moderations(request: ApiRequest) -> Response:
     """The endpoint. See the module docstring."""
     data = request.json()
     parsed = parse_moderation_request(data)
-    likely = parsed.tokens_upper // 4
-    worst = Usage(input_tokens=parsed.tokens_upper)
-
-    def open_call() -> Awaitable[Call]:
-        return metered.open_call(
-            request,
-            endpoint=ENDPOINT,
-            routing=parsed.routing,
-            capability="moderation",
-            limit_tokens=likely,
-            expected=Usage(input_tokens=likely),
-            worst_case=lambda _candidate: worst,
-        )
-
-    def run(call: Call) -> Awaitable[JSON]:
-        call.prompt = "\n".join(parsed.texts)[:20000]
-        return metered.call_and_settle(
-            call,
-            lambda adapter, target, _c: adapter.moderate(target, parsed.payload),
-            lambda answer: usage_of(parsed, answer),
-        )
-
     call, body = await metered.call_cached(
         request,
         endpoint=ENDPOINT,
+        capability="moderation",
         routing=parsed.routing,
         cache_data=data,
-        limit_tokens=likely,
-        open_call=open_call,
-        run=run,
+        texts=parsed.texts,
+        likely_tokens=parsed.tokens_upper // 4,
+        worst_tokens=parsed.tokens_upper,
+        fn=lambda adapter, target, _c: adapter.moderate(target, parsed.payload),
+        usage_of=lambda answer: usage_of(parsed, answer),
     )
     out: JSON = {
         "id": body.get("id") or "modr-" + request.request_id.removeprefix("req_"),
@@ -142,4 +120,4 @@ async def moderations(request: ApiRequest) -> Response:
     return json_response(out, headers=call.headers())
 
 
-route("/v1/moderations", methods={"POST": moderations})
+route("/v1/moderations", methods={"POST": moderations}, confirms_key=True)
