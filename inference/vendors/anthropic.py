@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncGenerator, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator
+from typing import Any, NoReturn
 
 from inference.vendors import errors, http
-from inference.vendors.base import JSON, VendorTarget
+from inference.vendors.base import JSON, AudioStream, FileUpload, FormFields, VendorTarget
 from inference.vendors.sse import events
 
 API_VERSION = "2023-06-01"
@@ -328,27 +328,22 @@ class AnthropicAdapter:
                 f"{target.vendor} ended the stream before message_stop", vendor=target.vendor
             )
 
-    async def _unsupported(self, target: VendorTarget, what: str) -> Any:
+    def _unsupported(self, target: VendorTarget, what: str) -> NoReturn:
         raise errors.VendorRejected(f"{target.vendor} does not serve {what}", vendor=target.vendor)
 
     async def embed(self, target: VendorTarget, payload: JSON) -> JSON:
-        return await self._unsupported(target, "embeddings")  # type: ignore[no-any-return]
+        self._unsupported(target, "embeddings")
 
     async def images(self, target: VendorTarget, payload: JSON) -> JSON:
-        return await self._unsupported(target, "images")  # type: ignore[no-any-return]
+        self._unsupported(target, "images")
 
     async def moderate(self, target: VendorTarget, payload: JSON) -> JSON:
-        return await self._unsupported(target, "moderations")  # type: ignore[no-any-return]
+        self._unsupported(target, "moderations")
 
-    async def speech_stream(
-        self, target: VendorTarget, payload: JSON
-    ) -> tuple[str, AsyncGenerator[bytes, None]]:
-        return await self._unsupported(target, "speech")  # type: ignore[no-any-return]
+    async def speech_stream(self, target: VendorTarget, payload: JSON) -> AudioStream:
+        self._unsupported(target, "speech")
 
     async def transcribe(
-        self,
-        target: VendorTarget,
-        fields: Mapping[str, str | list[str]],
-        file: tuple[str, bytes, str],
+        self, target: VendorTarget, fields: FormFields, file: FileUpload
     ) -> JSON | str:
-        return await self._unsupported(target, "transcriptions")  # type: ignore[no-any-return]
+        self._unsupported(target, "transcriptions")

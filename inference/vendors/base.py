@@ -11,6 +11,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 JSON = dict[str, Any]
+# A multipart form's plain fields: a list is a repeated field (``timestamp_granularities[]``).
+FormFields = Mapping[str, str | list[str]]
+# An uploaded file: its name, bytes and content type.
+FileUpload = tuple[str, bytes, str]
+# An audio answer: its content type, and its bytes as the vendor sends them.
+AudioStream = tuple[str, AsyncGenerator[bytes, None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,19 +49,13 @@ class Adapter(Protocol):
 
     async def moderate(self, target: VendorTarget, payload: JSON) -> JSON: ...
 
-    async def speech_stream(
-        self, target: VendorTarget, payload: JSON
-    ) -> tuple[str, AsyncGenerator[bytes, None]]:
+    async def speech_stream(self, target: VendorTarget, payload: JSON) -> AudioStream:
         """The audio's content type and its bytes as the vendor sends them. Errors before the
         first byte raise; closing the generator cancels the upstream request."""
         ...
 
     async def transcribe(
-        self,
-        target: VendorTarget,
-        fields: Mapping[str, str | list[str]],
-        file: tuple[str, bytes, str],
+        self, target: VendorTarget, fields: FormFields, file: FileUpload
     ) -> JSON | str:
-        """A transcription of ``file`` (name, bytes, content type); a list in ``fields`` is a
-        repeated form field (``timestamp_granularities[]``)."""
+        """A transcription of ``file``, with the form ``fields`` sent beside it."""
         ...

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import aiohttp
 
 from inference import jsonio
 from inference.vendors import errors, http
-from inference.vendors.base import JSON, VendorTarget
+from inference.vendors.base import JSON, AudioStream, FileUpload, FormFields, VendorTarget
 from inference.vendors.sse import events
 
 
@@ -119,9 +119,7 @@ class OpenAICompatibleAdapter:
             target, "moderations", {**payload, "model": target.upstream_model}
         )
 
-    async def speech_stream(
-        self, target: VendorTarget, payload: JSON
-    ) -> tuple[str, AsyncGenerator[bytes, None]]:
+    async def speech_stream(self, target: VendorTarget, payload: JSON) -> AudioStream:
         opened = http.stream(
             target,
             "POST",
@@ -146,10 +144,7 @@ class OpenAICompatibleAdapter:
         return response.headers.get("content-type", "application/octet-stream"), chunks()
 
     async def transcribe(
-        self,
-        target: VendorTarget,
-        fields: Mapping[str, str | list[str]],
-        file: tuple[str, bytes, str],
+        self, target: VendorTarget, fields: FormFields, file: FileUpload
     ) -> JSON | str:
         form = aiohttp.FormData()
         for name, value in {**fields, "model": target.upstream_model}.items():
