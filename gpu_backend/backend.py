@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import (
@@ -353,6 +353,6 @@ class Backend:
     def stats(self) -> dict[str, Any]:
         """Batching counters: generation engine and embedding batcher."""
         return {
-            "chat": self.engine.stats.as_dict() if self.engine else None,
-            "embeddings": self._batcher.stats.as_dict() if self._batcher else None,
+            "chat": asdict(self.engine.stats) if self.engine else None,
+            "embeddings": asdict(self._batcher.stats) if self._batcher else None,
         }

@@ -10,8 +10,9 @@ import argparse
 import ipaddress
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from .config import (
     CPU_ENGINES,
@@ -40,13 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m gpu_backend",
         description="infrai's OpenAI-compatible server over local models (CUDA if present).",
     )
-    env = os.environ.get
-    parser.add_argument(
-        "--host", default=env(ENV_HOST, "127.0.0.1"), help=f"bind address (${ENV_HOST})"
-    )
-    parser.add_argument(
-        "--port", type=int, default=int(env(ENV_PORT, "8001")), help=f"port (${ENV_PORT})"
-    )
+    from_env = _env_flag(parser)
+    from_env("--host", ENV_HOST, "127.0.0.1", "bind address")
+    from_env("--port", ENV_PORT, "8001", "port", type=int)
     parser.add_argument(
         "--threads",
         type=int,
@@ -59,54 +56,58 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="converted model copies ($INFRAI_MODEL_CACHE_DIR; default ~/.cache/infrai/models)",
     )
-    parser.add_argument(
-        "--models",
-        default=env(ENV_MODELS, "all"),
-        help=f"comma-separated model ids to serve, or 'all' (${ENV_MODELS})",
+    from_env("--models", ENV_MODELS, "all", "comma-separated model ids to serve, or 'all'")
+    from_env("--max-batch", ENV_MAX_BATCH, "16", "most sequences decoded together", type=int)
+    from_env(
+        "--device", ENV_DEVICE, "auto", "auto: CUDA when available", choices=("auto", "cpu", "cuda")
     )
-    parser.add_argument(
-        "--max-batch",
-        type=int,
-        default=int(env(ENV_MAX_BATCH, "16")),
-        help=f"most sequences decoded together (${ENV_MAX_BATCH})",
-    )
-    parser.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        default=env(ENV_DEVICE, "auto"),
-        help=f"auto: CUDA when available (${ENV_DEVICE})",
-    )
-    parser.add_argument(
+    from_env(
         "--tts-engine",
+        ENV_TTS_ENGINE,
+        "auto",
+        "speech engine; auto: piper if installed, else espeak-ng",
         choices=("auto", "piper", "espeak"),
-        default=env(ENV_TTS_ENGINE, "auto"),
-        help=f"speech engine; auto: piper if installed, else espeak-ng (${ENV_TTS_ENGINE})",
     )
-    parser.add_argument(
+    from_env(
         "--load-wait",
+        ENV_LOAD_WAIT,
+        str(DEFAULT_LOAD_WAIT_S),
+        "seconds a request for a loading model waits before a 503 with Retry-After",
         type=float,
-        default=float(env(ENV_LOAD_WAIT, str(DEFAULT_LOAD_WAIT_S))),
-        help="seconds a request for a loading model waits before a 503 with Retry-After "
-        f"(${ENV_LOAD_WAIT})",
     )
-    parser.add_argument(
+    from_env(
         "--cpu-weights",
+        ENV_CPU_WEIGHTS,
+        "fp32",
+        "the chat model's linear layers on the CPU: fp32, or int8 (faster decoding; a batched "
+        "sequence may then differ from its solo run in rare tokens)",
         choices=CPU_WEIGHTS,
-        default=env(ENV_CPU_WEIGHTS, "fp32"),
-        help="the chat model's linear layers on the CPU: fp32, or int8 (faster decoding; a "
-        f"batched sequence may then differ from its solo run in rare tokens) (${ENV_CPU_WEIGHTS})",
     )
-    parser.add_argument(
+    from_env(
         "--cpu-engine",
+        ENV_CPU_ENGINE,
+        "transformers",
+        "the chat engine on the CPU: transformers, or llama-cpp (the Q4_1 GGUF through "
+        "llama-cpp-python, the optional llama-cpp extra)",
         choices=CPU_ENGINES,
-        default=env(ENV_CPU_ENGINE, "transformers"),
-        help="the chat engine on the CPU: transformers, or llama-cpp (the Q4_1 GGUF through "
-        f"llama-cpp-python, the optional llama-cpp extra) (${ENV_CPU_ENGINE})",
     )
     parser.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
     )
     return parser
+
+
+def _env_flag(parser: argparse.ArgumentParser) -> Callable[..., None]:
+    """``add(flag, variable, default, help, **options)``: a flag of ``parser`` whose default is
+    ``$variable``, else ``default`` (a string, which argparse converts with the flag's ``type``),
+    its help ending with the variable's name."""
+
+    def add(flag: str, variable: str, default: str, text: str, **options: Any) -> None:
+        parser.add_argument(
+            flag, default=os.environ.get(variable, default), help=f"{text} (${variable})", **options
+        )
+
+    return add
 
 
 def is_loopback(host: str) -> bool:

@@ -75,10 +75,6 @@ class BatcherStats:
     max_texts_per_pass: int = 0
     max_requests_per_pass: int = 0
 
-    def as_dict(self) -> dict[str, int]:
-        """A JSON-ready copy."""
-        return dict(self.__dict__)
-
 
 @dataclass
 class _Job:

@@ -157,10 +157,6 @@ class EngineStats:
     max_prefill_size: int = 0
     tokens_generated: int = 0
 
-    def as_dict(self) -> dict[str, int]:
-        """A JSON-ready copy."""
-        return dict(self.__dict__)
-
 
 class TokenRate:
     """Tokens generated per second over the last ``window_s`` seconds.

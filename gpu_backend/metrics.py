@@ -104,30 +104,34 @@ def backend_families(backend: Backend) -> list[Family]:
     )  # fmt: skip
     if engine is not None:
         counters = engine.stats
-        families += [
-            Family("batch_size", "gauge", "Sequences in the running decode batch.",
-                   (Sample(chat, engine.batch_size),)),
-            Family("tokens_per_second", "gauge",
-                   "Tokens generated per second over the last 10 s, all sequences together.",
-                   (Sample(chat, round(engine.rate.per_second(), 3)),)),
-            Family("generated_tokens_total", "counter", "Tokens sampled since the start.",
-                   (Sample(chat, counters.tokens_generated),)),
-            Family("sequences_total", "counter", "Sequences (choices) prefilled since the start.",
-                   (Sample(chat, counters.sequences),)),
-            Family("decode_steps_total", "counter", "Batched decode forward passes.",
-                   (Sample(chat, counters.decode_steps),)),
-            Family("prefills_total", "counter", "Batched prefill forward passes.",
-                   (Sample(chat, counters.prefills),)),
-        ]  # fmt: skip
+        families += _one_sample_each(chat, (
+            ("batch_size", "gauge", "Sequences in the running decode batch.", engine.batch_size),
+            ("tokens_per_second", "gauge",
+             "Tokens generated per second over the last 10 s, all sequences together.",
+             round(engine.rate.per_second(), 3)),
+            ("generated_tokens_total", "counter", "Tokens sampled since the start.",
+             counters.tokens_generated),
+            ("sequences_total", "counter", "Sequences (choices) prefilled since the start.",
+             counters.sequences),
+            ("decode_steps_total", "counter", "Batched decode forward passes.",
+             counters.decode_steps),
+            ("prefills_total", "counter", "Batched prefill forward passes.", counters.prefills),
+        ))  # fmt: skip
     if batcher is not None:
         texts = batcher.stats
-        families += [
-            Family("embedded_texts_total", "counter", "Texts embedded (moderation included).",
-                   (Sample(embed, texts.texts),)),
-            Family("embedding_requests_total", "counter",
-                   "Embedding and moderation requests served.",
-                   (Sample(embed, texts.requests),)),
-            Family("forward_passes_total", "counter", "Embedding forward passes.",
-                   (Sample(embed, texts.forward_passes),)),
-        ]  # fmt: skip
+        families += _one_sample_each(embed, (
+            ("embedded_texts_total", "counter", "Texts embedded (moderation included).",
+             texts.texts),
+            ("embedding_requests_total", "counter", "Embedding and moderation requests served.",
+             texts.requests),
+            ("forward_passes_total", "counter", "Embedding forward passes.",
+             texts.forward_passes),
+        ))  # fmt: skip
     return families
+
+
+def _one_sample_each(
+    labels: dict[str, str], rows: Iterable[tuple[str, str, str, float]]
+) -> list[Family]:
+    """A family of one sample labelled ``labels`` for each ``(name, kind, help, value)`` row."""
+    return [Family(name, kind, text, (Sample(labels, value),)) for name, kind, text, value in rows]

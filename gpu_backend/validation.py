@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import UnionType
 from typing import Any
 
 from .errors import APIError, invalid
@@ -19,62 +20,67 @@ def reject_unknown(body: dict[str, Any], known: frozenset[str]) -> None:
             )
 
 
+def _typed(body: dict[str, Any], name: str, kinds: type | UnionType, expected: str) -> Any:
+    """``body[name]`` (``None`` when absent) if it is one of ``kinds``, else a 400 naming
+    ``expected``. A bool is a bool only: never a number or an integer."""
+    value = body.get(name)
+    if value is not None and (
+        not isinstance(value, kinds) or (isinstance(value, bool) and kinds is not bool)
+    ):
+        raise invalid(f"Invalid type for '{name}': expected {expected}.", name, "invalid_type")
+    return value
+
+
+def _ranged(
+    body: dict[str, Any], name: str, low: float, high: float, *, integral: bool
+) -> int | float | None:
+    """The number (an integer if ``integral``) ``name`` in [low, high], ``None`` when absent."""
+    kinds, expected = (int, "an integer") if integral else (int | float, "a number")
+    value = _typed(body, name, kinds, expected)
+    if value is not None and not low <= value <= high:
+        raise invalid(
+            f"Invalid value for '{name}': {value}. It must be between {_bound(low)} and "
+            f"{_bound(high)}.",
+            name,
+        )
+    return value
+
+
+def _bound(value: float) -> str:
+    """A range end as the messages print it: ``2`` for 2.0, an integer in full."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def number(
     body: dict[str, Any], name: str, low: float, high: float, *, default: float | None = None
 ) -> float | None:
     """A number in [low, high] (``None``/absent → ``default``); bools are not numbers."""
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise invalid(f"Invalid type for '{name}': expected a number.", name, "invalid_type")
-    if not low <= value <= high:
-        raise invalid(
-            f"Invalid value for '{name}': {value}. It must be between {low:g} and {high:g}.", name
-        )
-    return float(value)
+    value = _ranged(body, name, low, high, integral=False)
+    return default if value is None else float(value)
 
 
 def integer(
     body: dict[str, Any], name: str, low: int, high: int, *, default: int | None = None
 ) -> int | None:
     """An integer in [low, high] (``None``/absent → ``default``)."""
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise invalid(f"Invalid type for '{name}': expected an integer.", name, "invalid_type")
-    if not low <= value <= high:
-        raise invalid(
-            f"Invalid value for '{name}': {value}. It must be between {low} and {high}.", name
-        )
-    return value
+    value = _ranged(body, name, low, high, integral=True)
+    return default if value is None else int(value)
 
 
 def boolean(body: dict[str, Any], name: str, *, default: bool = False) -> bool:
     """A boolean (``None``/absent → ``default``)."""
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise invalid(f"Invalid type for '{name}': expected a boolean.", name, "invalid_type")
-    return value
+    value = _typed(body, name, bool, "a boolean")
+    return default if value is None else bool(value)
 
 
 def string(
     body: dict[str, Any], name: str, *, required: bool = False, default: str | None = None
 ) -> str | None:
     """A string (``None``/absent → ``default``, or a 400 when ``required``)."""
-    value = body.get(name)
-    if value is None:
-        if required:
-            raise invalid(
-                f"Missing required parameter: '{name}'.", name, "missing_required_parameter"
-            )
-        return default
-    if not isinstance(value, str):
-        raise invalid(f"Invalid type for '{name}': expected a string.", name, "invalid_type")
-    return value
+    value = _typed(body, name, str, "a string")
+    if value is None and required:
+        raise invalid(f"Missing required parameter: '{name}'.", name, "missing_required_parameter")
+    return default if value is None else str(value)
 
 
 def choice(body: dict[str, Any], name: str, allowed: tuple[str, ...], default: str) -> str:
@@ -93,12 +99,8 @@ def choice(body: dict[str, Any], name: str, allowed: tuple[str, ...], default: s
 
 def zero_only(body: dict[str, Any], name: str) -> None:
     """The platform rule for ``presence_penalty``/``frequency_penalty``: only 0 is accepted."""
-    value = body.get(name)
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise invalid(f"Invalid type for '{name}': expected a number.", name, "invalid_type")
-    if value != 0:
+    value = _typed(body, name, int | float, "a number")
+    if value not in (None, 0):
         raise invalid(
             f"Invalid value for '{name}': {value}. This deployment does not implement '{name}', "
             "so only 0 is accepted. Use 'repetition_penalty' to penalize repetition.",
