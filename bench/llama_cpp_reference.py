@@ -1,7 +1,8 @@
 """llama.cpp on the same GGUF, as the reference row of ``bench/gpu_backend.py --llama-cpp``.
 
 Runs under an interpreter that has ``llama-cpp-python`` (a throwaway virtualenv, never the
-project's: it builds from source in ~8 minutes) and imports nothing of the project::
+project's: it builds from source in ~8 minutes); of the project it imports only
+``gpu_backend.llama_cpp_batch`` (standard library only), which fills batches as the engine does::
 
     /tmp/llamacpp-venv/bin/python bench/llama_cpp_reference.py --gguf PATH --threads 1
 
@@ -16,12 +17,19 @@ after the first over the time after the first, per stream).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
+import sys
 import time
+from pathlib import Path
 
 import llama_cpp as lc
 import numpy as np
+
+# Run as a script, this file's folder would come first and bench/gpu_backend.py would shadow the
+# package: the repository comes first instead.
+sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from gpu_backend.llama_cpp_batch import fill_batch, silence_llama_cpp  # noqa: E402
 
 PROMPTS = [
     "Write a long story about a lighthouse keeper.",
@@ -43,17 +51,6 @@ def tokenize(vocab: lc.llama_vocab_p, text: bytes) -> list[int]:
     return list(buffer[:count])
 
 
-def fill(batch: lc.llama_batch, entries: list[tuple[int, int, int, bool]]) -> None:
-    """Put ``(token, position, sequence, wants_logits)`` entries into ``batch``."""
-    for i, (token, position, seq, logits) in enumerate(entries):
-        batch.token[i] = token
-        batch.pos[i] = position
-        batch.n_seq_id[i] = 1
-        batch.seq_id[i][0] = seq
-        batch.logits[i] = 1 if logits else 0
-    batch.n_tokens = len(entries)
-
-
 def level(ctx: lc.llama_context_p, vocab: lc.llama_vocab_p, streams: int, max_tokens: int) -> dict:
     """One concurrency level: batched prefill, then ``max_tokens - 1`` batched decode steps."""
     lc.llama_memory_clear(lc.llama_get_memory(ctx), True)
@@ -71,14 +68,14 @@ def level(ctx: lc.llama_context_p, vocab: lc.llama_vocab_p, streams: int, max_to
         for pos, token in enumerate(ids):
             entries.append((token, pos, seq, pos == len(ids) - 1))
         last_index.append(len(entries) - 1)
-    fill(batch, entries)
+    fill_batch(batch, entries)
     if lc.llama_decode(ctx, batch) != 0:
         raise RuntimeError("llama_decode failed on the prefill")
     current = [argmax(i) for i in last_index]
     first = time.perf_counter() - began
     positions = [len(ids) for ids in prompts]
     for _ in range(max_tokens - 1):
-        fill(batch, [(current[s], positions[s], s, True) for s in range(streams)])
+        fill_batch(batch, [(current[s], positions[s], s, True) for s in range(streams)])
         if lc.llama_decode(ctx, batch) != 0:
             raise RuntimeError("llama_decode failed on a decode step")
         current = [argmax(s) for s in range(streams)]
@@ -94,11 +91,6 @@ def level(ctx: lc.llama_context_p, vocab: lc.llama_vocab_p, streams: int, max_to
     }
 
 
-@lc.llama_log_callback
-def _quiet(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    """llama.cpp's log lines (model card, timings) are not part of the output."""
-
-
 def main() -> None:
     """Load the GGUF once and print one JSON line per level."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -110,7 +102,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
     lc.llama_backend_init()
-    lc.llama_log_set(_quiet, ctypes.c_void_p(0))
+    silence_llama_cpp()
     model = lc.llama_model_load_from_file(args.gguf.encode(), lc.llama_model_default_params())
     params = lc.llama_context_default_params()
     params.n_ctx = 256 * max(args.streams)

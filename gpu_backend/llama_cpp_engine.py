@@ -21,6 +21,7 @@ import torch
 
 from .chat_model import ChatModel
 from .engine import PREFILL_TOKEN_BUDGET, GenerationEngine, Sequence
+from .llama_cpp_batch import fill_batch, silence_llama_cpp
 
 SEQUENCE_CONTEXT = 2048  # KV cells per sequence (the context a request may use here)
 
@@ -76,16 +77,7 @@ class LlamaCppEngine(GenerationEngine):
         """Run ``(token, position, slot, wants_logits)`` entries through llama.cpp; returns the
         batch indices whose logits were asked for."""
         batch = self._buffer
-        wanted = []
-        for i, (token, position, slot, logits) in enumerate(entries):
-            batch.token[i] = token
-            batch.pos[i] = position
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = slot
-            batch.logits[i] = 1 if logits else 0
-            if logits:
-                wanted.append(i)
-        batch.n_tokens = len(entries)
+        wanted = fill_batch(batch, entries)
         status = self._lc.llama_decode(self._ctx, batch)
         if status != 0:
             raise RuntimeError(f"llama_decode returned {status}")
@@ -146,21 +138,3 @@ class LlamaCppEngine(GenerationEngine):
         for seq in seqs:
             if id(seq) not in alive:
                 self._slot.pop(id(seq), None)
-
-
-_QUIET_CALLBACK: Any = None  # kept alive for the process: llama.cpp's log callback is global
-
-
-def silence_llama_cpp() -> None:
-    """Route llama.cpp's log lines (model card, timings) to a callback that drops them."""
-    global _QUIET_CALLBACK
-    if _QUIET_CALLBACK is not None:
-        return
-    import llama_cpp
-
-    @llama_cpp.llama_log_callback  # type: ignore[misc]
-    def quiet(level: int, text: bytes, user_data: Any) -> None:
-        return None
-
-    _QUIET_CALLBACK = quiet
-    llama_cpp.llama_log_set(quiet, None)
