@@ -54,67 +54,65 @@ from typing import Any
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from deploy.local import stop  # noqa: E402  (the repository's deploy/local.py)
+
 PY = ROOT / ".venv/bin/python"
 LITELLM_VENV = Path("/tmp/litellm-venv")
 DOC = ROOT / "docs/performance.md"
-DOC_START = "<!-- bench/compare.py: start -->"
-DOC_END = "<!-- bench/compare.py: end -->"
 GATEWAY_CPU = 0
 LOAD_CPU = 1
 MASTER_KEY = "sk-bench-master-key-0123456789"
 STREAM_CHUNKS = 200
 
-CATALOG = """
-vendors:
-  - {{name: benchvendor, display_name: Bench, adapter_kind: openai, base_url: "{url}",
-     credentials_env: "", region: local, enabled: true,
-     verified_models: [bench-up, bench-embed-up, bench-idle-up]}}
-models:
-  - id: bench-model
-    display_name: bench-model
-    owned_by: bench
-    capabilities: [chat]
-    tasks: [chat]
-    context_window: 8192
-    max_output_tokens: 1024
-    quality_tier: 5
-    created: 2025-01-01
-    offerings:
-      - vendor: benchvendor
-        upstream_model: bench-up
-        prices:
-          - {{effective_from: "2025-01-01T00:00:00Z", source: bench, input_per_mtok_usd: "1",
-             output_per_mtok_usd: "2"}}
-  - id: bench-idle
-    display_name: bench-idle
-    owned_by: bench
-    capabilities: [chat]
-    tasks: [chat]
-    context_window: 8192
-    max_output_tokens: 1024
-    quality_tier: 5
-    created: 2025-01-01
-    offerings:
-      - vendor: benchvendor
-        upstream_model: bench-idle-up
-        prices:
-          - {{effective_from: "2025-01-01T00:00:00Z", source: bench, input_per_mtok_usd: "1",
-             output_per_mtok_usd: "2"}}
-  - id: bench-embed
-    display_name: bench-embed
-    owned_by: bench
-    capabilities: [embeddings]
-    tasks: [retrieval]
-    context_window: 8192
-    embedding_dimensions: 1536
-    quality_tier: 5
-    created: 2025-01-01
-    offerings:
-      - vendor: benchvendor
-        upstream_model: bench-embed-up
-        prices:
-          - {{effective_from: "2025-01-01T00:00:00Z", source: bench, input_per_mtok_usd: "0.02"}}
-"""
+UPSTREAM_MODELS = {"bench-model": "bench-up", "bench-idle": "bench-idle-up"}
+EMBED_UPSTREAM = "bench-embed-up"
+
+
+def _model(model_id: str, upstream: str, kind: str, price: dict[str, str]) -> dict[str, Any]:
+    """One catalog model of ``kind`` (``chat`` or ``embeddings``) offered by the bench vendor."""
+    chat = kind == "chat"
+    return {
+        "id": model_id,
+        "display_name": model_id,
+        "owned_by": "bench",
+        "capabilities": [kind],
+        "tasks": ["chat" if chat else "retrieval"],
+        "context_window": 8192,
+        **({"max_output_tokens": 1024} if chat else {"embedding_dimensions": 1536}),
+        "quality_tier": 5,
+        "created": "2025-01-01",
+        "offerings": [
+            {
+                "vendor": "benchvendor",
+                "upstream_model": upstream,
+                "prices": [{"effective_from": "2025-01-01T00:00:00Z", "source": "bench", **price}],
+            }
+        ],
+    }
+
+
+def catalog(url: str) -> str:
+    """The benchmarks' catalog document (JSON, which is YAML) for ``catalog load``: one vendor,
+    the fake upstream at ``url``, with two chat models and one embedding model."""
+    chat_price = {"input_per_mtok_usd": "1", "output_per_mtok_usd": "2"}
+    vendor = {
+        "name": "benchvendor",
+        "display_name": "Bench",
+        "adapter_kind": "openai",
+        "base_url": url,
+        "credentials_env": "",
+        "region": "local",
+        "enabled": True,
+        "verified_models": [*UPSTREAM_MODELS.values(), EMBED_UPSTREAM],
+    }
+    models = [_model(m, up, "chat", chat_price) for m, up in UPSTREAM_MODELS.items()]
+    models.append(
+        _model("bench-embed", EMBED_UPSTREAM, "embeddings", {"input_per_mtok_usd": "0.02"})
+    )
+    return json.dumps({"vendors": [vendor], "models": models}, indent=2)
+
 
 LITELLM_CONFIG = """
 model_list:
@@ -286,7 +284,7 @@ def start_infrai(
     )
     subprocess.run(["redis-cli", "-u", redis_url, "flushdb"], capture_output=True, check=True)
     manage(env, "migrate", "--noinput", "-v", "0")
-    (tmp / "catalog.yaml").write_text(CATALOG.format(url=upstream))
+    (tmp / "catalog.yaml").write_text(catalog(upstream))
     manage(env, "catalog", "load", str(tmp / "catalog.yaml"))
     key = manage(
         env, "issue_key", "--org", f"bench-{os.getpid()}", "--project", "bench",
@@ -366,16 +364,6 @@ def start_litellm(tmp: Path, upstream: str, exe: Path) -> tuple[subprocess.Popen
     wait_http(base + "/models", 180, proc, headers)
     target = Target("LiteLLM", base, headers, "bench-model", "bench-embed", lambda: tree(proc.pid))
     return proc, target
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 # --- load -----------------------------------------------------------------------------------
@@ -719,15 +707,17 @@ def machine() -> str:
     )
 
 
-def write_doc(text: str) -> None:
+def write_doc(text: str, script: str, place: Callable[[str, str], str]) -> None:
+    """Put ``text`` between ``script``'s two marker comments in docs/performance.md, in place of
+    what they held; a document without them yet gets them where ``place(doc, block)`` puts
+    them."""
+    start, end = f"<!-- {script}: start -->", f"<!-- {script}: end -->"
     doc = DOC.read_text()
-    block = f"{DOC_START}\n{text}\n{DOC_END}"
-    if DOC_START in doc:
-        doc = re.sub(
-            re.escape(DOC_START) + ".*?" + re.escape(DOC_END), lambda _: block, doc, flags=re.S
-        )
+    block = f"{start}\n{text}\n{end}"
+    if start in doc:
+        doc = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, doc, flags=re.S)
     else:
-        doc = doc.replace("\n## gpu-backend", f"\n{block}\n\n## gpu-backend", 1)
+        doc = place(doc, block)
     DOC.write_text(doc)
 
 
@@ -798,11 +788,7 @@ def main() -> None:
         rss = {t.name: rss_mb(t.pids()) for t in targets if t.name != "direct"}
     finally:
         if profiler is not None:
-            profiler.send_signal(signal.SIGINT)
-            try:
-                profiler.wait(30)
-            except subprocess.TimeoutExpired:
-                profiler.kill()
+            stop(profiler, sig=signal.SIGINT)
         for proc in reversed(procs):
             stop(proc)
     text, problems = table(results, rss, names)
@@ -831,7 +817,11 @@ def main() -> None:
         text += "\n\nErrors:\n" + "\n".join(problems)
     print(text)
     if args.write_doc:
-        write_doc(text)
+        write_doc(
+            text,
+            "bench/compare.py",
+            lambda doc, block: doc.replace("\n## gpu-backend", f"\n{block}\n\n## gpu-backend", 1),
+        )
 
 
 if __name__ == "__main__":

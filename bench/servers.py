@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import datetime
 import os
-import re
 import sys
 import tempfile
 import time
@@ -30,7 +29,6 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compare import (  # bench/ is not a package: found through sys.path above
-    DOC,
     Result,
     Target,
     Workload,
@@ -40,10 +38,8 @@ from compare import (  # bench/ is not a package: found through sys.path above
     start_infrai,
     start_upstream,
     stop,
+    write_doc,
 )
-
-DOC_START = "<!-- bench/servers.py: start -->"
-DOC_END = "<!-- bench/servers.py: end -->"
 
 
 async def idle_streams(target: Target, count: int) -> tuple[float, float, int]:
@@ -139,17 +135,6 @@ def report(idle: tuple[float, float, int], count: int, results: dict[str, list[R
     return "\n".join(lines)
 
 
-def write_doc(text: str) -> None:
-    doc = DOC.read_text()
-    block = f"{DOC_START}\n{text}\n{DOC_END}"
-    if DOC_START in doc:
-        doc = re.sub(re.escape(DOC_START) + ".*?" + re.escape(DOC_END), lambda _: block, doc,
-                     flags=re.S)  # fmt: skip
-    else:
-        doc += f"\n### Idle streams and the ASGI server (`bench/servers.py`)\n\n{block}\n"
-    DOC.write_text(doc)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=1000)
@@ -184,7 +169,13 @@ def main() -> None:
     text = report(idle, args.streams, results)
     print(text)
     if args.write_doc:
-        write_doc(text)
+        write_doc(
+            text,
+            "bench/servers.py",
+            lambda doc, block: (
+                f"{doc}\n### Idle streams and the ASGI server (`bench/servers.py`)\n\n{block}\n"
+            ),
+        )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -40,20 +39,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from compare import CATALOG  # noqa: E402  (the benchmarks' catalog: one fake vendor's models)
+from compare import catalog, cpu_seconds, pg_delta  # noqa: E402  (bench/compare.py)
 
-SECRET = "measure-secret-key-0123456789abcdefghijklmnopqrstuvwxyz"
-PEPPER = "measure-pepper-0123456789abcdefghijklmnopqrstuvwxyz"
+from deploy.local import cluster, manage, production_env, stop  # noqa: E402
+
 BODY = {"model": "bench-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` so far (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def backend_pids(dsn: str, dbname: str) -> list[int]:
@@ -71,31 +61,6 @@ def xact_commits(dsn: str, dbname: str) -> int:
             "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (dbname,)
         ).fetchone()
     return int(row[0]) if row else 0
-
-
-def env_for(tmp: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "config.settings.production",
-        "DJANGO_SECRET_KEY": SECRET,
-        "INFRAI_KEY_PEPPER": PEPPER,
-        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "STRIPE_SECRET_KEY": "sk_test_measure",
-        "STRIPE_WEBHOOK_SECRET": "whsec_measure",
-        "INFRAI_DATA_DIR": str(tmp),
-        "LOG_LEVEL": "WARNING",
-    }
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
 
 
 async def load(url: str, key: str, *, seconds: float, concurrency: int) -> list[float]:
@@ -179,7 +144,7 @@ def per_call_counts(env: dict[str, str], key: str, calls: int) -> dict[str, floa
 def _prepare(env: dict[str, str], tmp: Path, upstream_port: int) -> str:
     """Migrate, load the bench catalog (only its vendor enabled), issue an unlimited key."""
     manage(env, "migrate", "--noinput", "-v", "0")
-    (tmp / "catalog.yaml").write_text(CATALOG.format(url=f"http://127.0.0.1:{upstream_port}/v1"))
+    (tmp / "catalog.yaml").write_text(catalog(f"http://127.0.0.1:{upstream_port}/v1"))
     manage(env, "catalog", "load", str(tmp / "catalog.yaml"))
     manage(
         env,
@@ -197,7 +162,7 @@ def _prepare(env: dict[str, str], tmp: Path, upstream_port: int) -> str:
         "m",
         "--credit-usd",
         "1000",
-    ).splitlines()[-1]
+    ).stdout.splitlines()[-1]
     manage(
         env,
         "shell",
@@ -281,7 +246,7 @@ def db_only(env: dict[str, str], dsn: str, dbname: str, clients: int, seconds: f
     last: dict[int, float] = {}
     while any(p.poll() is None for p in procs):
         for pid in backend_pids(dsn, dbname):
-            cpu = cpu_seconds(pid)
+            cpu = cpu_seconds([pid])
             first.setdefault(pid, cpu)
             last[pid] = cpu
         time.sleep(0.25)
@@ -292,6 +257,65 @@ def db_only(env: dict[str, str], dsn: str, dbname: str, clients: int, seconds: f
         f"{calls / seconds:.0f} calls/s; PostgreSQL backends busy {pg / seconds:.2f} cores, "
         f"{pg * 1000 / max(calls, 1):.2f} ms CPU/call"
     )
+
+
+def _measure(
+    args: argparse.Namespace, env: dict[str, str], tmp: Path, upstream_port: int
+) -> list[tuple[str, str]]:
+    """The table's rows: the PostgreSQL-only phase, the topology under load, the per-call
+    counts (the fake vendor already listening on ``upstream_port``)."""
+    dsn = env["DATABASE_URL"]
+    dbname = dsn.rsplit("/", 1)[1]
+    key = _prepare(env, tmp, upstream_port)
+    rows = [
+        (
+            f"PostgreSQL alone, {n} client process(es)",
+            db_only(env, dsn, dbname, n, args.seconds / 2),
+        )
+        for n in [int(x) for x in args.db_clients.split(",") if x]
+    ]
+    with cluster(env, args.base_port, tmp / "cluster", NO_GPU="1"):
+        pids = {
+            name: int((tmp / "cluster" / "pids" / f"{name}.pid").read_text())
+            for name in ("web1", "web2", "nginx")
+        }
+        nginx_url = f"http://127.0.0.1:{args.base_port}"
+        web1_url = f"http://127.0.0.1:{args.base_port + 1}"
+        for label, url, webs in (
+            ("one web process (direct)", web1_url, ["web1"]),
+            ("two web processes behind nginx", nginx_url, ["web1", "web2"]),
+        ):
+            asyncio.run(load(url, key, seconds=3, concurrency=args.concurrency))  # warm
+            web_pids = [pids[w] for w in webs]
+            backends = {p: cpu_seconds([p]) for p in backend_pids(dsn, dbname)}
+            web_cpu = cpu_seconds(web_pids)
+            started = time.monotonic()
+            latencies = asyncio.run(
+                load(url, key, seconds=args.seconds, concurrency=args.concurrency)
+            )
+            elapsed = time.monotonic() - started
+            web_ms = (cpu_seconds(web_pids) - web_cpu) * 1000 / len(latencies)
+            pg_now = {p: cpu_seconds([p]) for p in backend_pids(dsn, dbname)}
+            pg_ms = pg_delta(backends, pg_now) * 1000 / len(latencies)
+            q = statistics.quantiles(latencies, n=100)
+            rows.append(
+                (
+                    label,
+                    f"{len(latencies) / elapsed:.0f} calls/s; p50 {q[49] * 1000:.0f} ms, "
+                    f"p99 {q[98] * 1000:.0f} ms; web CPU {web_ms:.1f} ms/call; "
+                    f"PostgreSQL backend CPU {pg_ms:.2f} ms/call",
+                )
+            )
+    counts = per_call_counts(env, key, args.calls)
+    rows.append(
+        (
+            "per call (in-process count)",
+            f"{counts['statements']:.1f} PostgreSQL statements in "
+            f"{counts['transactions']:.1f} transactions; "
+            f"{counts['redis']:.1f} Redis round trips",
+        )
+    )
+    return rows
 
 
 def main() -> None:
@@ -305,101 +329,16 @@ def main() -> None:
     parser.add_argument("--base-port", type=int, default=18200)
     parser.add_argument("--db-clients", default="1,2,4", help="PostgreSQL-only phase ('' skips)")
     args = parser.parse_args()
-    dsn = os.environ["DATABASE_URL"]
-    dbname = dsn.rsplit("/", 1)[1]
-
     tmp = Path(tempfile.mkdtemp(prefix="infrai-measure-"))
-    env = env_for(tmp)
+    env = production_env(tmp, LOG_LEVEL="WARNING")
     upstream_port = args.base_port + 90
     upstream = subprocess.Popen(
         [sys.executable, "bench/upstream.py", "--port", str(upstream_port)], cwd=ROOT
     )
     try:
-        key = _prepare(env, tmp, upstream_port)
-    except BaseException:
-        upstream.terminate()
-        raise
-
-    rows: list[tuple[str, str]] = []
-    try:
-        for n in [int(x) for x in args.db_clients.split(",") if x]:
-            rows.append(
-                (
-                    f"PostgreSQL alone, {n} client process(es)",
-                    db_only(env, dsn, dbname, n, args.seconds / 2),
-                )
-            )
-    except BaseException:
-        upstream.terminate()
-        raise
-
-    cluster_env = {
-        **env,
-        "BASE_PORT": str(args.base_port),
-        "CLUSTER_DIR": str(tmp / "cluster"),
-        "CLUSTER_MIGRATE": "0",
-        "NO_GPU": "1",
-    }
-    cluster = subprocess.Popen(
-        ["bash", "scripts/cluster.sh"],
-        cwd=ROOT,
-        env=cluster_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert cluster.stdout is not None
-        for line in cluster.stdout:
-            if line.startswith("cluster ready"):
-                break
-        else:
-            raise SystemExit("the cluster did not start")
-        pids = {
-            name: int((tmp / "cluster" / "pids" / f"{name}.pid").read_text())
-            for name in ("web1", "web2", "nginx")
-        }
-        nginx_url = f"http://127.0.0.1:{args.base_port}"
-        web1_url = f"http://127.0.0.1:{args.base_port + 1}"
-        for label, url, webs in (
-            ("one web process (direct)", web1_url, ["web1"]),
-            ("two web processes behind nginx", nginx_url, ["web1", "web2"]),
-        ):
-            asyncio.run(load(url, key, seconds=3, concurrency=args.concurrency))  # warm
-            backends = {p: cpu_seconds(p) for p in backend_pids(dsn, dbname)}
-            web_cpu = sum(cpu_seconds(pids[w]) for w in webs)
-            started = time.monotonic()
-            latencies = asyncio.run(
-                load(url, key, seconds=args.seconds, concurrency=args.concurrency)
-            )
-            elapsed = time.monotonic() - started
-            web_ms = (sum(cpu_seconds(pids[w]) for w in webs) - web_cpu) * 1000 / len(latencies)
-            pg_now = {p: cpu_seconds(p) for p in backend_pids(dsn, dbname)}
-            pg_ms = sum(v - backends.get(p, 0.0) for p, v in pg_now.items()) * 1000 / len(latencies)
-            q = statistics.quantiles(latencies, n=100)
-            rows.append(
-                (
-                    label,
-                    f"{len(latencies) / elapsed:.0f} calls/s; p50 {q[49] * 1000:.0f} ms, "
-                    f"p99 {q[98] * 1000:.0f} ms; web CPU {web_ms:.1f} ms/call; "
-                    f"PostgreSQL backend CPU {pg_ms:.2f} ms/call",
-                )
-            )
+        rows = _measure(args, env, tmp, upstream_port)
     finally:
-        cluster.send_signal(signal.SIGTERM)
-        cluster.wait(60)
-    try:
-        counts = per_call_counts(env, key, args.calls)
-        rows.append(
-            (
-                "per call (in-process count)",
-                f"{counts['statements']:.1f} PostgreSQL statements in "
-                f"{counts['transactions']:.1f} transactions; "
-                f"{counts['redis']:.1f} Redis round trips",
-            )
-        )
-    finally:
-        upstream.terminate()
+        stop(upstream)
     with open("/proc/loadavg") as f:
         load_avg = " ".join(f.read().split()[:3])
     print(
