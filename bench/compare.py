@@ -519,110 +519,85 @@ def table(results: dict[tuple[str, str], list[Result]], rss: dict[str, float], n
             return ""
         return f"{(b / a if invert else a / b):.1f}×"
 
-    def row(label: str, values: dict[str, str], better: str) -> None:
-        rows.append((label, [values.get(n, "–") for n in names], better))
+    def row(label: str, cell: Callable[[str], tuple[float, str]], invert: bool = False) -> None:
+        """A row of ``cell(target)``: (the figure infrai and LiteLLM are compared on, the text)."""
+        cells = {n: cell(n) for n in names}
+        better = ratio(cells.get("infrai", (0, ""))[0], cells.get("LiteLLM", (0, ""))[0], invert)
+        rows.append((label, [cells[n][1] for n in names], better))
 
-    # chat c=1
-    vals, raw = {}, {}
-    for n in names:
+    def chat_c1(n: str) -> tuple[float, str]:
         rate = m(n, "chat c=1", lambda r: r.rate)
         p50 = m(n, "chat c=1", lambda r: r.pct(r.latencies, 0.5))
         p99 = m(n, "chat c=1", lambda r: r.pct(r.latencies, 0.99))
-        raw[n] = rate
-        vals[n] = (
-            f"{fmt(rate, 0)} · p50 {fmt(p50, 2)} ms · p99 {fmt(p99, 2)} ms"
-            if n == "direct"
-            else f"{fmt(rate, 0)} · +{fmt(p50 - direct_p50['chat c=1'], 2)} ms"
-            f" · p99 {fmt(p99, 2)} ms"
-        )
-    row(
-        "non-streamed chat, c=1: calls/s · added p50 · p99",
-        vals,
-        ratio(raw.get("infrai", 0), raw.get("LiteLLM", 0)),
-    )
-    # chat c=16
-    vals, raw = {}, {}
-    for n in names:
+        if n == "direct":
+            return rate, f"{fmt(rate, 0)} · p50 {fmt(p50, 2)} ms · p99 {fmt(p99, 2)} ms"
+        added = p50 - direct_p50["chat c=1"]
+        return rate, f"{fmt(rate, 0)} · +{fmt(added, 2)} ms · p99 {fmt(p99, 2)} ms"
+
+    def chat_c16(n: str) -> tuple[float, str]:
         rate = m(n, "chat c=16", lambda r: r.rate)
         p50 = m(n, "chat c=16", lambda r: r.pct(r.latencies, 0.5))
-        raw[n] = rate
-        vals[n] = f"{fmt(rate, 0)} · p50 {fmt(p50, 1)} ms"
-    row(
-        "non-streamed chat, c=16: calls/s · p50",
-        vals,
-        ratio(raw.get("infrai", 0), raw.get("LiteLLM", 0)),
-    )
-    # CPU per chat call
-    vals, raw = {}, {}
-    for n in names:
+        return rate, f"{fmt(rate, 0)} · p50 {fmt(p50, 1)} ms"
+
+    def chat_cpu(n: str) -> tuple[float, str]:
         c1 = m(n, "chat c=1", lambda r: r.cpu_ms)
         c16 = m(n, "chat c=16", lambda r: r.cpu_ms)
-        raw[n] = c16
-        vals[n] = f"{fmt(c1, 2)} · {fmt(c16, 2)} ms"
-    row(
-        "server CPU per non-streamed call, c=1 · c=16",
-        vals,
-        ratio(raw.get("infrai", 0), raw.get("LiteLLM", 0), invert=True),
-    )
-    # PostgreSQL
-    pg = m(
-        "infrai",
-        "chat c=16",
-        lambda r: (
-            (r.pg_cpu_s or 0) * 1000 / r.calls
-            if r.calls and r.pg_cpu_s is not None
-            else float("nan")
-        ),
-    )
-    row("PostgreSQL CPU per non-streamed call (c=16)", {"infrai": f"{fmt(pg, 2)} ms"}, "")
-    # streams
-    vals, raw = {}, {}
-    for n in names:
+        return c16, f"{fmt(c1, 2)} · {fmt(c16, 2)} ms"
+
+    def postgres(n: str) -> tuple[float, str]:
+        if n != "infrai":
+            return float("nan"), "–"
+        pg = m(
+            n,
+            "chat c=16",
+            lambda r: (
+                (r.pg_cpu_s or 0) * 1000 / r.calls
+                if r.calls and r.pg_cpu_s is not None
+                else float("nan")
+            ),
+        )
+        return float("nan"), f"{fmt(pg, 2)} ms"
+
+    def stream(n: str) -> tuple[float, str]:
         cpu = m(n, "stream c=1", lambda r: r.cpu_ms)
         ttft = m(n, "stream c=1", lambda r: r.pct(r.ttfts, 0.5))
         total = m(n, "stream c=1", lambda r: r.pct(r.latencies, 0.5))
-        raw[n] = cpu
         per_chunk = cpu * 1000 / STREAM_CHUNKS
         # What each chunk adds: the stream's CPU beyond a whole non-streamed call (auth,
         # limits, routing, hold, settlement), spread over its chunks.
         beyond = (cpu - m(n, "chat c=1", lambda r: r.cpu_ms)) * 1000 / STREAM_CHUNKS
         if n == "direct":
-            vals[n] = (
+            return cpu, (
                 f"{fmt(cpu, 2)} ms ({fmt(per_chunk, 1)} µs/chunk) · TTFT {fmt(ttft, 2)} ms"
                 f" · whole {fmt(total, 1)} ms"
             )
-        else:
-            vals[n] = (
-                f"{fmt(cpu, 1)} ms ({fmt(per_chunk, 0)} µs/chunk; {fmt(beyond, 0)} µs/chunk"
-                f" beyond a call) · +{fmt(ttft - direct_ttft, 2)} ms · whole {fmt(total, 1)} ms"
-            )
+        return cpu, (
+            f"{fmt(cpu, 1)} ms ({fmt(per_chunk, 0)} µs/chunk; {fmt(beyond, 0)} µs/chunk"
+            f" beyond a call) · +{fmt(ttft - direct_ttft, 2)} ms · whole {fmt(total, 1)} ms"
+        )
+
+    def embeddings(n: str) -> tuple[float, str]:
+        cpu = m(n, "embeddings c=1", lambda r: r.cpu_ms)
+        p50 = m(n, "embeddings c=1", lambda r: r.pct(r.latencies, 0.5))
+        if n == "direct":
+            return cpu, f"{fmt(cpu, 2)} ms · p50 {fmt(p50, 2)} ms"
+        return cpu, f"{fmt(cpu, 2)} ms · +{fmt(p50 - direct_p50['embeddings c=1'], 2)} ms"
+
+    def memory(n: str) -> tuple[float, str]:
+        return rss.get(n, 0), f"{fmt(rss.get(n, float('nan')), 0)} MB"
+
+    row("non-streamed chat, c=1: calls/s · added p50 · p99", chat_c1)
+    row("non-streamed chat, c=16: calls/s · p50", chat_c16)
+    row("server CPU per non-streamed call, c=1 · c=16", chat_cpu, invert=True)
+    row("PostgreSQL CPU per non-streamed call (c=16)", postgres)
     row(
         f"{STREAM_CHUNKS}-chunk stream, c=1: CPU per stream (per chunk; per chunk beyond a"
         " non-streamed call) · added TTFT p50 · whole stream p50",
-        vals,
-        ratio(raw.get("infrai", 0), raw.get("LiteLLM", 0), invert=True),
+        stream,
+        invert=True,
     )
-    # embeddings
-    vals, raw = {}, {}
-    for n in names:
-        cpu = m(n, "embeddings c=1", lambda r: r.cpu_ms)
-        p50 = m(n, "embeddings c=1", lambda r: r.pct(r.latencies, 0.5))
-        raw[n] = cpu
-        vals[n] = (
-            f"{fmt(cpu, 2)} ms · p50 {fmt(p50, 2)} ms"
-            if n == "direct"
-            else f"{fmt(cpu, 2)} ms · +{fmt(p50 - direct_p50['embeddings c=1'], 2)} ms"
-        )
-    row(
-        "embeddings (1,536 floats), c=1: CPU per call · added p50",
-        vals,
-        ratio(raw.get("infrai", 0), raw.get("LiteLLM", 0), invert=True),
-    )
-    row(
-        "RSS after load",
-        {n: f"{fmt(rss.get(n, float('nan')), 0)} MB" for n in names},
-        ratio(rss.get("infrai", 0), rss.get("LiteLLM", 0), invert=True),
-    )
+    row("embeddings (1,536 floats), c=1: CPU per call · added p50", embeddings, invert=True)
+    row("RSS after load", memory, invert=True)
 
     head = "| workload | " + " | ".join(names) + " | infrai vs LiteLLM |"
     lines = [head, "|---|" + "---:|" * (len(names) + 1)]

@@ -214,19 +214,7 @@ def llama_cpp_levels(args: argparse.Namespace) -> list[LevelResult]:
         "--max-tokens", str(args.max_tokens),
     ]  # fmt: skip
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    return [
-        LevelResult(
-            streams=r["streams"],
-            ttft_median_s=r["ttft_s"],
-            ttft_max_s=r["ttft_s"],
-            aggregate_tps=r["aggregate_tps"],
-            per_stream_tps=r["per_stream_tps"],
-            tokens=r["tokens"],
-            max_batch=r["streams"],
-        )
-        for r in rows
-    ]
+    return [LevelResult(**json.loads(line)) for line in out.splitlines() if line.startswith("{")]
 
 
 def print_tables(

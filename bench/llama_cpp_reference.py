@@ -9,9 +9,11 @@ project's: it builds from source in ~8 minutes); of the project it imports only
 For each number of streams it prefills that many chat prompts in one batch (each its own
 sequence), then decodes all of them together, greedy, ``--max-tokens`` tokens each (end-of-turn
 ignored, so every stream decodes the same count), through llama.cpp's own batched
-``llama_decode``. Prints one JSON object per level: ``streams``, ``ttft_s`` (the prefill and first
-token), ``aggregate_tps`` (all tokens over the level's wall time) and ``per_stream_tps`` (tokens
-after the first over the time after the first, per stream).
+``llama_decode``. Prints one JSON object per level, the fields of ``bench/gpu_backend.py``'s
+``LevelResult``: ``streams``, ``ttft_median_s`` and ``ttft_max_s`` (both the prefill and first
+token, which every stream gets at once), ``aggregate_tps`` (all tokens over the level's wall
+time), ``per_stream_tps`` (tokens after the first over the time after the first, per stream),
+``tokens`` and ``max_batch`` (the streams: all decode together).
 """
 
 from __future__ import annotations
@@ -84,10 +86,12 @@ def level(ctx: lc.llama_context_p, vocab: lc.llama_vocab_p, streams: int, max_to
     lc.llama_batch_free(batch)
     return {
         "streams": streams,
-        "ttft_s": first,
+        "ttft_median_s": first,
+        "ttft_max_s": first,
         "aggregate_tps": streams * max_tokens / wall,
         "per_stream_tps": (max_tokens - 1) / (wall - first),
         "tokens": streams * max_tokens,
+        "max_batch": streams,
     }
 
 
