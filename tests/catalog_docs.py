@@ -1,13 +1,23 @@
 """Builders of catalog documents (what :func:`catalog.documents.catalog_load` reads) for tests.
 
 Each returns one plain dict in the document's shape, with the defaults the tests share; a test
-names only what it is about. :data:`PRICE` is the token price most test models are sold at.
+names only what it is about. :data:`PRICE` is the token price most test models are sold at;
+:data:`SPEC_MODELS` the spec's six models.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+# The six models of the spec, as the seed lists them (``infrai-gpu`` serves them in production).
+SPEC_MODELS = [
+    "gpt-oss-120b",
+    "gemma-4-31B-it",
+    "DeepSeek-V3.1",
+    "DeepSeek-V3.2",
+    "Meta-Llama-3.3-70B-Instruct",
+    "MiniMax-M3",
+]
 PRICE: dict[str, Any] = {
     "effective_from": "2025-01-01T00:00:00Z",
     "source": "test price",

@@ -11,6 +11,7 @@ from django.core.management import CommandError, call_command
 
 from catalog.documents import CatalogDocumentError, catalog_dump, catalog_load
 from catalog.models import Model, Offering, ParameterRule, Price, Vendor
+from tests.catalog_docs import SPEC_MODELS
 
 pytestmark = pytest.mark.django_db
 
@@ -22,12 +23,7 @@ def _counts() -> tuple[int, ...]:
 def test_the_seed_holds_the_spec_models_local_models_and_vendor_models(seeded):
     ids = set(Model.objects.values_list("model_id", flat=True))
     assert {
-        "gpt-oss-120b",
-        "gemma-4-31B-it",
-        "DeepSeek-V3.1",
-        "DeepSeek-V3.2",
-        "Meta-Llama-3.3-70B-Instruct",
-        "MiniMax-M3",
+        *SPEC_MODELS,
         "SmolLM2-135M-Instruct",
         "all-MiniLM-L6-v2",
         "piper-en-us-joe",

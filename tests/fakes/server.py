@@ -2,7 +2,7 @@
 
 A subclass calls :meth:`ThreadedServer.serve_on_free_port` from its ``__post_init__`` and lists
 its routes in :meth:`ThreadedServer.routes`; :meth:`start` returns once the port accepts
-connections and :meth:`stop` closes the server and ends the thread.
+connections and :meth:`stop` closes the server and ends the thread (or ``with server:``).
 """
 
 from __future__ import annotations
@@ -46,6 +46,13 @@ class ThreadedServer:
         asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+
+    def __enter__(self) -> Self:
+        """``with Server(...) as server``: started on entry, stopped on exit."""
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)

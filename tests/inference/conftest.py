@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import yaml
@@ -143,6 +144,19 @@ def assert_billed(request_id: str, *, model: str, vendor: str, usage: Usage) -> 
     return expected
 
 
+def assert_400_before_any_hold(
+    api_base: str, key: str, path: str, body: dict[str, Any], param: str
+) -> httpx.Response:
+    """``body`` posted to ``/v1/<path>`` with ``key`` is a 400 whose error names ``param``, and
+    no hold was opened; returns the response for the caller's own checks."""
+    response = httpx.post(
+        f"{api_base}/{path}", json=body, headers={"authorization": f"Bearer {key}"}
+    )
+    assert response.status_code == 400 and response.json()["error"]["param"] == param
+    assert not Hold.objects.exists()
+    return response
+
+
 def on_fakes(price: dict[str, Any]) -> list[dict[str, Any]]:
     """Offerings of a model on both fake vendors (primary first, then backup) at ``price``."""
     return [
@@ -169,6 +183,21 @@ def load_gateway_catalog(
     catalog_load({"vendors": [gpu], "models": [*local, *models]})
 
 
+def image_and_embedding_models() -> list[dict[str, Any]]:
+    """``test-image`` and ``test-embed`` on both fakes, as :func:`gateway_catalog` lists them."""
+    return [
+        catalog_model(
+            "test-image", quality_tier=7, capabilities=["images"], offerings=on_fakes(IMAGE_PRICE)
+        ),
+        catalog_model(
+            "test-embed",
+            quality_tier=6,
+            capabilities=["embeddings"],
+            offerings=on_fakes(EMBED_PRICE),
+        ),
+    ]
+
+
 @pytest.fixture
 def gateway_catalog(
     fake_catalog: dict[str, FakeVendor],
@@ -183,24 +212,7 @@ def gateway_catalog(
       ``1024x1024/standard`` $0.04, ``1024x1024/hd`` $0.08, other sizes $0.10;
     - ``test-embed`` (tier 6; embeddings): primary (10), backup (20) at $0.02 / 1M tokens.
     """
-    load_gateway_catalog(
-        backend_url,
-        LOCAL_MODELS,
-        [
-            catalog_model(
-                "test-image",
-                quality_tier=7,
-                capabilities=["images"],
-                offerings=on_fakes(IMAGE_PRICE),
-            ),
-            catalog_model(
-                "test-embed",
-                quality_tier=6,
-                capabilities=["embeddings"],
-                offerings=on_fakes(EMBED_PRICE),
-            ),
-        ],
-    )
+    load_gateway_catalog(backend_url, LOCAL_MODELS, image_and_embedding_models())
     return fake_catalog
 
 

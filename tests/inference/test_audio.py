@@ -18,7 +18,7 @@ from billing.models import Hold, LedgerEntry
 from inference import multipart
 from inference.endpoints import audio
 from money.pricing import Usage
-from tests.inference.conftest import assert_billed
+from tests.inference.conftest import assert_400_before_any_hold, assert_billed
 
 pytestmark = pytest.mark.usefixtures("gateway_catalog")
 
@@ -85,11 +85,7 @@ def test_mp3_is_the_default_and_routing_modes_find_the_voice(issue_key, client_f
      ({"voice": "alloy", "input": "x", "model": WHISPER}, "model")],
 )  # fmt: skip
 def test_bad_speech_requests_are_400_before_any_hold(issue_key, api_base, body, param):
-    response = httpx.post(
-        f"{api_base}/audio/speech", json=body, headers={"authorization": f"Bearer {issue_key()}"}
-    )
-    assert response.status_code == 400 and response.json()["error"]["param"] == param
-    assert not Hold.objects.exists()
+    assert_400_before_any_hold(api_base, issue_key(), "audio/speech", body, param)
 
 
 # --- transcription ---------------------------------------------------------------------------

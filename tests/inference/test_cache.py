@@ -4,6 +4,8 @@ and streamed deterministic calls (a hit is billed 0, logged, and shaped like a l
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -19,20 +21,30 @@ DETERMINISTIC = {
 }
 
 
-def test_identical_requests_in_flight_reach_the_vendor_once(issue_key, client_for, fake_catalog):
-    fake_catalog["primary"].stall_s = 1.0
-    client = client_for(issue_key(), timeout=30)
-    answers: list[object] = []
+def _at_once(call: Callable[[], Any], *, times: int) -> list[Any]:
+    """``call`` made from ``times`` threads started together: what each returned or raised."""
+    results: list[Any] = []
 
-    def ask() -> None:
-        answers.append(client.chat.completions.create(**DETERMINISTIC))
+    def run() -> None:
+        try:
+            results.append(call())
+        except Exception as exc:
+            results.append(exc)
 
-    threads = [threading.Thread(target=ask) for _ in range(5)]
+    threads = [threading.Thread(target=run) for _ in range(times)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
-    assert len(answers) == 5
+    assert len(results) == times
+    return results
+
+
+def test_identical_requests_in_flight_reach_the_vendor_once(issue_key, client_for, fake_catalog):
+    fake_catalog["primary"].stall_s = 1.0
+    client = client_for(issue_key(), timeout=30)
+    answers = _at_once(lambda: client.chat.completions.create(**DETERMINISTIC), times=5)
+    assert not [a for a in answers if isinstance(a, Exception)]
     assert len(fake_catalog["primary"].requests) == 1  # one vendor call for five callers
     assert {a.choices[0].message.content for a in answers} == {"Echo: same question"}
     paid = [a for a in answers if not a.infrai["cache"]]
@@ -48,20 +60,7 @@ def test_a_failed_leader_lets_waiting_requests_call_for_themselves(
     fake_catalog["primary"].stall_s = 0.5
     fake_catalog["primary"].fail_statuses = [400]  # the first request is refused by the vendor
     client = client_for(issue_key(), timeout=30)
-    results: list[object] = []
-
-    def ask() -> None:
-        try:
-            results.append(client.chat.completions.create(**DETERMINISTIC).choices[0])
-        except Exception as exc:
-            results.append(exc)
-
-    threads = [threading.Thread(target=ask) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert len(results) == 3
+    results = _at_once(lambda: client.chat.completions.create(**DETERMINISTIC), times=3)
     assert sum(isinstance(r, Exception) for r in results) == 1
     assert len(fake_catalog["primary"].requests) >= 2
 

@@ -11,16 +11,9 @@ import pytest
 import yaml
 
 from catalog.documents import SEED_PATH, catalog_load
+from tests.catalog_docs import SPEC_MODELS
 from tests.fakes.vendors import FakeVendor
 
-SPEC_MODELS = [
-    "gpt-oss-120b",
-    "gemma-4-31B-it",
-    "DeepSeek-V3.1",
-    "DeepSeek-V3.2",
-    "Meta-Llama-3.3-70B-Instruct",
-    "MiniMax-M3",
-]
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 

@@ -11,11 +11,10 @@ import openai
 import pytest
 import tiktoken
 
-from billing.models import Hold
 from inference.models import RequestLog, RequestStatus
 from money.pricing import Usage
 from tests.fakes.vendors import fake_embedding
-from tests.inference.conftest import assert_billed
+from tests.inference.conftest import assert_400_before_any_hold, assert_billed
 
 pytestmark = pytest.mark.usefixtures("gateway_catalog")
 
@@ -134,13 +133,8 @@ def test_every_vendor_failing_is_a_502_and_charges_nothing(issue_key, client_for
      ({"model": "SmolLM2-135M-Instruct", "input": "x"}, "model")],
 )  # fmt: skip
 def test_bad_requests_are_400_before_any_hold(issue_key, api_base, body, param):
-    response = httpx.post(
-        f"{api_base}/embeddings", json=body, headers={"authorization": f"Bearer {issue_key()}"}
-    )
-    error = response.json()["error"]
-    assert response.status_code == 400 and error["param"] == param
+    response = assert_400_before_any_hold(api_base, issue_key(), "embeddings", body, param)
     assert response.headers["x-infrai-request-id"].startswith("req_")
-    assert not Hold.objects.exists()
 
 
 def test_a_model_without_the_capability_is_named_in_the_400(issue_key, client_for):

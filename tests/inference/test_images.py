@@ -12,7 +12,7 @@ import pytest
 from billing.models import Hold
 from catalog.documents import catalog_load
 from money.pricing import Usage
-from tests.inference.conftest import assert_billed
+from tests.inference.conftest import assert_400_before_any_hold, assert_billed
 
 pytestmark = pytest.mark.usefixtures("gateway_catalog")
 
@@ -131,10 +131,5 @@ def test_no_routable_image_offering_is_a_clear_503(issue_key, client_for):
      ({"prompt": "x", "model": "all-MiniLM-L6-v2"}, "model")],
 )  # fmt: skip
 def test_bad_requests_are_400_before_any_hold(issue_key, api_base, fakes, body, param):
-    response = httpx.post(
-        f"{api_base}/images/generations",
-        json=body,
-        headers={"authorization": f"Bearer {issue_key()}"},
-    )
-    assert response.status_code == 400 and response.json()["error"]["param"] == param
-    assert not Hold.objects.exists() and not fakes["primary"].requests
+    assert_400_before_any_hold(api_base, issue_key(), "images/generations", body, param)
+    assert not fakes["primary"].requests

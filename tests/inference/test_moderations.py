@@ -6,11 +6,10 @@ import httpx
 import openai
 import pytest
 
-from billing.models import Hold
 from catalog.documents import catalog_load
 from inference import tokens
 from money.pricing import Usage
-from tests.inference.conftest import assert_billed
+from tests.inference.conftest import assert_400_before_any_hold, assert_billed
 
 pytestmark = pytest.mark.usefixtures("gateway_catalog")
 
@@ -93,11 +92,7 @@ def test_text_parts_are_accepted(issue_key, api_base):
      ({"input": "x", "prefer": "slowest"}, "prefer")],
 )  # fmt: skip
 def test_bad_requests_are_400_before_any_hold(issue_key, api_base, body, param):
-    response = httpx.post(
-        f"{api_base}/moderations", json=body, headers={"authorization": f"Bearer {issue_key()}"}
-    )
-    assert response.status_code == 400 and response.json()["error"]["param"] == param
-    assert not Hold.objects.exists()
+    assert_400_before_any_hold(api_base, issue_key(), "moderations", body, param)
 
 
 def test_unknown_model_is_404(issue_key, client_for):

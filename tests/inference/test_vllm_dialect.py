@@ -33,9 +33,8 @@ HELLO: list[Any] = [{"role": "user", "content": "hello there vllm"}]
 
 @pytest.fixture(scope="session")
 def _vllm_server() -> Iterator[FakeVLLM]:
-    server = FakeVLLM(served_model=SERVED, max_model_len=2048).start()
-    yield server
-    server.stop()
+    with FakeVLLM(served_model=SERVED, max_model_len=2048) as server:
+        yield server
 
 
 @pytest.fixture
@@ -88,6 +87,12 @@ def expected_usage(reply: str, messages: list[dict[str, Any]] = HELLO) -> tuple[
     return prompt_tokens(messages), len(reply.split(" "))
 
 
+def _assert_billed_on_the_node(request_id: str, prompt: int, output: int) -> None:
+    """Billed ``prompt`` input and ``output`` output tokens at ``vllm-node``'s price."""
+    usage = Usage(input_tokens=prompt, output_tokens=output)
+    assert_billed(request_id, model="test-vllm", vendor="vllm-node", usage=usage)
+
+
 # --- /v1/models ------------------------------------------------------------------------------
 
 
@@ -121,12 +126,7 @@ def test_chat_with_vllm_sampling_extras(client: openai.OpenAI, on_vllm: FakeVLLM
     assert sent["top_k"] == 40 and sent["repetition_penalty"] == 1.1
     assert "stream_options" not in sent  # vLLM refuses stream_options on a non-stream request
     request_id = raw.headers["x-infrai-request-id"]
-    assert_billed(
-        request_id,
-        model="test-vllm",
-        vendor="vllm-node",
-        usage=Usage(input_tokens=prompt, output_tokens=output),
-    )
+    _assert_billed_on_the_node(request_id, prompt, output)
 
 
 def test_stream_without_include_usage_is_still_billed_from_vllms_usage(
@@ -143,12 +143,7 @@ def test_stream_without_include_usage_is_still_billed_from_vllms_usage(
     # vLLM sends usage in a stream only when asked: the adapter always asks
     assert on_vllm.requests[-1]["stream_options"] == {"include_usage": True}
     prompt, output = expected_usage(text)
-    assert_billed(
-        request_id,
-        model="test-vllm",
-        vendor="vllm-node",
-        usage=Usage(input_tokens=prompt, output_tokens=output),
-    )
+    _assert_billed_on_the_node(request_id, prompt, output)
 
 
 def test_stream_with_include_usage_reports_vllms_numbers(

@@ -38,11 +38,11 @@ def _model(model_id: str, vendor: str, upstream: str, capabilities: list[str]) -
 
 @pytest.fixture(scope="module")
 def nodes() -> Iterator[tuple[FakeVLLM, FakeVendor]]:
-    vllm = FakeVLLM(served_model=SERVED, max_model_len=2048).start()
-    plain = FakeVendor(models=["up-plain"]).start()
-    yield vllm, plain
-    vllm.stop()
-    plain.stop()
+    with (
+        FakeVLLM(served_model=SERVED, max_model_len=2048) as vllm,
+        FakeVendor(models=["up-plain"]) as plain,
+    ):
+        yield vllm, plain
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from catalog.documents import catalog_load
 from inference.models import RequestLog
 from tests.fakes.rejecting import RejectingVendor
 from tests.inference.conftest import PRICE
-from tests.inference.test_money_faults import wait_for
+from tests.live import wait_for
 
 pytestmark = pytest.mark.usefixtures("gateway_catalog")
 
@@ -194,9 +194,8 @@ def test_limits_and_absurd_integers_are_400s_naming_the_param(issue_key, api_bas
 
 @pytest.fixture(scope="module")
 def _rejecter() -> Iterator[RejectingVendor]:
-    server = RejectingVendor(models=["up-reject"]).start()
-    yield server
-    server.stop()
+    with RejectingVendor(models=["up-reject"]) as server:
+        yield server
 
 
 @pytest.fixture
