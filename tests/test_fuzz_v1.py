@@ -31,8 +31,6 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis.errors import Unsatisfiable
 from schemathesis.core import NotSet
 
 from accounts.models import ApiKey
@@ -44,16 +42,17 @@ from inference.endpoints.openapi import document, served_document
 from inference.models import RequestLog
 from tests.catalog_docs import catalog_model
 from tests.fakes.vendors import FakeVendor
+from tests.fuzzing import run_cases
 from tests.gpu import backend_url  # noqa: F401  (one gpu-backend process per session)
 from tests.inference.conftest import (  # noqa: F401  (fixtures used by this module)
-    EMBED_PRICE,
-    IMAGE_PRICE,
     _fake_servers,
     fake_catalog,
     fakes,
+    image_and_embedding_models,
     load_gateway_catalog,
     on_fakes,
 )
+from tests.vectors.conftest import reseed_vector_price
 
 # Cases per operation and per mode (positive, negative).
 MAX_EXAMPLES = 20
@@ -68,23 +67,14 @@ def fuzz_catalog(
     fake_catalog: dict[str, FakeVendor],  # noqa: F811
     backend_url: str,  # noqa: F811
 ) -> dict[str, FakeVendor]:
-    """The fakes for chat, embeddings, images and speech; the gpu-backend for the rest."""
+    """The fakes for chat, embeddings, images and speech; the gpu-backend for the rest; the
+    seeded vector store price."""
+    reseed_vector_price()
     load_gateway_catalog(
         backend_url,
         LOCAL_MODELS,
         [
-            catalog_model(
-                "test-image",
-                quality_tier=7,
-                capabilities=["images"],
-                offerings=on_fakes(IMAGE_PRICE),
-            ),
-            catalog_model(
-                "test-embed",
-                quality_tier=6,
-                capabilities=["embeddings"],
-                offerings=on_fakes(EMBED_PRICE),
-            ),
+            *image_and_embedding_models(),
             catalog_model(
                 "test-tts", quality_tier=5, capabilities=["speech"], offerings=on_fakes(TTS_PRICE)
             ),
@@ -215,21 +205,7 @@ class Fuzzer:
         except Exception as exc:  # an operation with nothing to negate
             return f"no strategy ({exc.__class__.__name__})"
 
-        @settings(
-            max_examples=MAX_EXAMPLES,
-            derandomize=True,
-            database=None,
-            deadline=None,
-            phases=[Phase.explicit, Phase.generate],
-            suppress_health_check=list(HealthCheck),
-        )
-        @given(case=strategy)
-        def one(case: schemathesis.Case) -> None:
-            self.check(case, mode)
-
-        try:
-            one()
-        except Unsatisfiable:
+        if not run_cases(strategy, lambda case: self.check(case, mode), max_examples=MAX_EXAMPLES):
             return "nothing to generate"
         counts = {s: n - before.get(s, 0) for s, n in sorted(self.by_status.items())}
         return (

@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
 
 from management.models import AdminKey
+from tests.fuzzing import run_cases
 
 FULL_EXAMPLES = 3
 MOUNT = "/organization/"
@@ -61,23 +61,7 @@ def _fuzz(tenant: Any, live_url: str, max_examples: int) -> tuple[int, list[tupl
             except Exception:  # nothing to negate
                 continue
 
-            @settings(
-                max_examples=max_examples,
-                derandomize=True,
-                database=None,
-                deadline=None,
-                phases=[Phase.explicit, Phase.generate],
-                suppress_health_check=list(HealthCheck),
-            )
-            @given(case=strategy)
-            def one(case: Any) -> None:
-                check(case)
-
-            try:
-                one()
-            except Exception as exc:  # hypothesis: nothing satisfiable for this mode
-                if "Unsatisfiable" not in type(exc).__name__:
-                    raise
+            run_cases(strategy, check, max_examples=max_examples)
     return cases, findings
 
 

@@ -48,6 +48,12 @@ def word_vector(text: str, dimensions: int = DIMENSIONS) -> list[float]:
     return [v / norm for v in out]
 
 
+def reseed_vector_price() -> None:
+    """Put back the vector store price that migration 0002 seeds: ``transactional_db`` empties
+    every table between tests, and the vector endpoints refuse to work without a price."""
+    import_module("vectors.migrations.0002_seed_price").seed(django_apps, None)
+
+
 class WordVendor(FakeVendor):
     """A fake vendor whose embeddings are :func:`word_vector`."""
 
@@ -69,9 +75,8 @@ class WordVendor(FakeVendor):
 
 @pytest.fixture(scope="session")
 def _word_server() -> Iterator[WordVendor]:
-    server = WordVendor(models=["words"]).start()
-    yield server
-    server.stop()
+    with WordVendor(models=["words"]) as server:
+        yield server
 
 
 @pytest.fixture
@@ -106,8 +111,7 @@ def words(
         "offerings": [{"vendor": "words", "upstream_model": "words", "prices": [EMBED_PRICE]}],
     }
     catalog_load({"vendors": [vendor], "models": [model]})
-    # transactional_db empties every table between tests: put the seeded price back.
-    import_module("vectors.migrations.0002_seed_price").seed(django_apps, None)
+    reseed_vector_price()
     return _word_server
 
 
