@@ -268,13 +268,19 @@ def test_the_walk_covers_every_dashboard_and_billing_pattern() -> None:
         assert set(page.params) <= victim_values, page
 
 
+@pytest.fixture
+def alpha_client(tenants: tuple[Tenant, Tenant]) -> Client:
+    """A browser signed in as the owner of ``alpha``, the organization that walks."""
+    client = Client()
+    client.force_login(tenants[0].owner)
+    return client
+
+
 def test_another_organizations_pages_and_ids_are_404_or_403(
-    tenants: tuple[Tenant, Tenant],
+    tenants: tuple[Tenant, Tenant], alpha_client: Client
 ) -> None:
     alpha, bravo = tenants
     before = snapshot(bravo)
-    client = Client()
-    client.force_login(alpha.owner)
     walked = 0
     for page in dashboard_pages() + billing_pages():
         if (
@@ -291,7 +297,7 @@ def test_another_organizations_pages_and_ids_are_404_or_403(
         for slug in slugs:
             url = page.url(other_ids(bravo, slug=slug))
             for method in ("get", "post"):
-                response = getattr(client, method)(url, FORM if method == "post" else None)
+                response = getattr(alpha_client, method)(url, FORM if method == "post" else None)
                 walked += 1
                 where = f"{method.upper()} {url} ({page.name})"
                 # A POST-only action answers a GET with 405 before looking at any id.
@@ -304,12 +310,10 @@ def test_another_organizations_pages_and_ids_are_404_or_403(
 
 
 def test_pages_without_an_organization_show_only_the_callers_data(
-    tenants: tuple[Tenant, Tenant],
+    tenants: tuple[Tenant, Tenant], alpha_client: Client
 ) -> None:
     alpha, bravo = tenants
     before = snapshot(bravo)
-    client = Client()
-    client.force_login(alpha.owner)
     values = other_ids(bravo, slug=alpha.org.slug)
     for page in dashboard_pages():
         if any(p.endswith("_id") for p in page.params):
@@ -317,7 +321,7 @@ def test_pages_without_an_organization_show_only_the_callers_data(
         url = page.url(values)
         if page.name == "logout":
             continue  # would end the walk's session
-        response = client.get(url)
+        response = alpha_client.get(url)
         where = f"GET {url} ({page.name})"
         assert response.status_code < 500, f"{where} answered {response.status_code}"
         if page.name == "invitation_accept":
@@ -329,15 +333,15 @@ def test_pages_without_an_organization_show_only_the_callers_data(
                 f"{where} answered {response.status_code}"
             )
     # The switcher never switches into an organization the user is not a member of.
-    response = client.get("/orgs/switch/", {"org": bravo.org.slug}, follow=True)
+    response = alpha_client.get("/orgs/switch/", {"org": bravo.org.slug}, follow=True)
     assert response.status_code == 404
     assert_no_leak(response, bravo, "the organization switcher")
     # Holding another organization's invitation link does not let the wrong user in.
-    response = client.post(f"/invite/{bravo.invitation_token}/")
+    response = alpha_client.post(f"/invite/{bravo.invitation_token}/")
     assert response.status_code < 500
     assert not Membership.objects.filter(organization=bravo.org, user=alpha.owner).exists()
     # A password-reset link for the other tenant's owner with a forged token changes nothing.
-    response = client.post(
+    response = alpha_client.post(
         f"/password-reset/{values['uidb64']}/forged-token/",
         {"new_password1": "hijacked-password-123", "new_password2": "hijacked-password-123"},
     )

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
+from django.http import HttpResponse
 from django.test import Client
 from django.urls import reverse
 
@@ -217,25 +218,33 @@ def test_a_bad_matrix_cell_is_refused_in_the_model_form(staff, support, accepted
     assert not ParameterRule.objects.filter(model=model, parameter="seed").exists()
 
 
+def _add_price(client: Client, **fields: str) -> HttpResponse:
+    """The admin's "add price" form posted for openai's gpt-4o from 2031 with these fields."""
+    from catalog.models import Offering
+
+    offering = Offering.objects.get(vendor__name="openai", model__model_id="gpt-4o")
+    form = {
+        "offering": offering.pk,
+        "effective_from_0": "2031-01-01",
+        "effective_from_1": "00:00:00",
+        "per_mchar_usd": "0",
+        "per_audio_second_usd": "0",
+        **fields,
+    }
+    return client.post(reverse("admin:catalog_price_add"), form)
+
+
 def test_a_price_is_typed_in_usd_and_stored_in_nanos(staff):
-    from catalog.models import Offering, Price
+    from catalog.models import Price
 
     client, _ = staff
-    offering = Offering.objects.get(vendor__name="openai", model__model_id="gpt-4o")
-    page = client.post(
-        reverse("admin:catalog_price_add"),
-        {
-            "offering": offering.pk,
-            "effective_from_0": "2031-01-01",
-            "effective_from_1": "00:00:00",
-            "input_per_mtok_usd": "2.5",
-            "cached_input_per_mtok_usd": "1.25",
-            "output_per_mtok_usd": "0.000000001",
-            "per_mchar_usd": "0",
-            "per_audio_second_usd": "0",
-            "per_image_usd": '{"1024x1024/standard": "0.04"}',
-            "source": "admin test",
-        },
+    page = _add_price(
+        client,
+        input_per_mtok_usd="2.5",
+        cached_input_per_mtok_usd="1.25",
+        output_per_mtok_usd="0.000000001",
+        per_image_usd='{"1024x1024/standard": "0.04"}',
+        source="admin test",
     )
     assert page.status_code == 302, page.context["adminform"].form.errors
     price = Price.objects.get(source="admin test")
@@ -248,24 +257,16 @@ def test_a_price_is_typed_in_usd_and_stored_in_nanos(staff):
 
 
 def test_a_price_with_more_than_nine_decimals_is_refused(staff):
-    from catalog.models import Offering, Price
+    from catalog.models import Price
 
     client, _ = staff
-    offering = Offering.objects.get(vendor__name="openai", model__model_id="gpt-4o")
-    page = client.post(
-        reverse("admin:catalog_price_add"),
-        {
-            "offering": offering.pk,
-            "effective_from_0": "2031-01-01",
-            "effective_from_1": "00:00:00",
-            "input_per_mtok_usd": "0.0000000001",
-            "cached_input_per_mtok_usd": "0",
-            "output_per_mtok_usd": "-1",
-            "per_mchar_usd": "0",
-            "per_audio_second_usd": "0",
-            "per_image_usd": "",
-            "source": "too precise",
-        },
+    page = _add_price(
+        client,
+        input_per_mtok_usd="0.0000000001",
+        cached_input_per_mtok_usd="0",
+        output_per_mtok_usd="-1",
+        per_image_usd="",
+        source="too precise",
     )
     assert page.status_code == 200
     errors = page.context["adminform"].form.errors

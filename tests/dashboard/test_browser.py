@@ -85,9 +85,8 @@ def page(context: BrowserContext) -> Page:
 
 @pytest.fixture(scope="module")
 def fake_vendor() -> Iterator[FakeVendor]:
-    server = FakeVendor(models=["up-demo"]).start()
-    yield server
-    server.stop()
+    with FakeVendor(models=["up-demo"]) as server:
+        yield server
 
 
 @pytest.fixture
@@ -364,6 +363,20 @@ def test_one_organization_never_sees_anothers_data(
     assert secret_key.revoked_at is None
 
 
+def _checkout_topup(org: Organization, *, usd: int, n: int) -> None:
+    """The demo's ``n``-th Checkout top-up, of ``usd`` dollars, in ``org``'s ledger."""
+    from billing.models import EntryKind
+    from billing.services import wallet_credit
+
+    wallet_credit(
+        organization=org,
+        amount_nanos=usd * 10**9,
+        kind=EntryKind.TOPUP,
+        idempotency_key=f"demo-topup-{n}",
+        description=f"Top-up of ${usd} (Stripe Checkout)",
+    )
+
+
 def _demo_organization() -> tuple[User, Organization]:
     """An organization with a month of calls, money movements, members and an invitation."""
     from datetime import timedelta
@@ -422,13 +435,7 @@ def _demo_organization() -> tuple[User, Organization]:
                 )
             )
     RequestLog.objects.bulk_create(rows)
-    wallet_credit(
-        organization=org,
-        amount_nanos=50 * 10**9,
-        kind=EntryKind.TOPUP,
-        idempotency_key="demo-topup-1",
-        description="Top-up of $50 (Stripe Checkout)",
-    )
+    _checkout_topup(org, usd=50, n=1)
     wallet_credit(
         organization=org,
         amount_nanos=-sum(r.cost_nanos for r in rows),
@@ -436,13 +443,7 @@ def _demo_organization() -> tuple[User, Organization]:
         idempotency_key="demo-usage",
         description="API usage",
     )
-    wallet_credit(
-        organization=org,
-        amount_nanos=25 * 10**9,
-        kind=EntryKind.TOPUP,
-        idempotency_key="demo-topup-2",
-        description="Top-up of $25 (Stripe Checkout)",
-    )
+    _checkout_topup(org, usd=25, n=2)
     return owner, org
 
 

@@ -6,18 +6,15 @@ forward pass and decoded together; their greedy outputs must equal each prompt r
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from gpu_backend.chat_api import template_prompt
 from gpu_backend.chat_model import ChatModel, load_chat_model
 from gpu_backend.device import select_device
-from gpu_backend.engine import Delta, Event, GenerationEngine
-from gpu_backend.sampling import SamplingParams
+from gpu_backend.engine import GenerationEngine
 from tests.gpu import TEST_DEVICE
-from tests.gpu_backend.conftest import model_cache_dir
+from tests.gpu_backend.conftest import model_cache_dir, run_queued
 
 PROMPTS = [
     "Hi",
@@ -38,29 +35,7 @@ def generate(
 ) -> tuple[list[str], GenerationEngine]:
     """Greedy completions of ``prompts``, all queued before the engine starts."""
     engine = GenerationEngine(chat, max_batch=8)
-    texts = [""] * len(prompts)
-    finished = threading.Semaphore(0)
-
-    def sink_for(index: int) -> Callable[[Event], None]:
-        def sink(event: Event) -> None:
-            if isinstance(event, Delta):
-                texts[index] += event.text
-            else:
-                finished.release()
-
-        return sink
-
-    for index, prompt in enumerate(prompts):
-        ids = template_prompt(chat, [{"role": "user", "content": prompt}])
-        engine.submit(
-            engine.new_sequence(ids, SamplingParams(max_tokens=max_tokens), sink_for(index))
-        )
-    engine.start()
-    try:
-        for _ in prompts:
-            assert finished.acquire(timeout=120)
-    finally:
-        engine.stop()
+    texts, _ends = run_queued(engine, chat, prompts, max_tokens)
     return texts, engine
 
 

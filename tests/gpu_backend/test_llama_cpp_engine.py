@@ -4,18 +4,15 @@ and batching counters as the torch engine, on the GGUF itself. Runs only where t
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from gpu_backend.chat_api import template_prompt
 from gpu_backend.chat_model import ChatModel, load_chat_tokenizer
 from gpu_backend.device import select_device
-from gpu_backend.engine import Delta, Event, Finished
+from gpu_backend.engine import Finished
 from gpu_backend.locate import smollm2_gguf
-from gpu_backend.sampling import SamplingParams
-from tests.gpu_backend.conftest import model_cache_dir
+from tests.gpu_backend.conftest import model_cache_dir, run_queued
 
 pytest.importorskip("llama_cpp", reason="the optional llama-cpp extra is not installed")
 
@@ -32,31 +29,7 @@ def run(
 ) -> tuple[list[str], list[Finished], LlamaCppEngine]:
     """Greedy completions of ``prompts``, all submitted before the engine starts."""
     engine = LlamaCppEngine(chat, smollm2_gguf(), threads=1, max_batch=4)
-    texts, ends = [""] * len(prompts), [Finished("none", 0)] * len(prompts)
-    done = threading.Semaphore(0)
-
-    def sink_for(index: int) -> Callable[[Event], None]:
-        def sink(event: Event) -> None:
-            nonlocal texts
-            if isinstance(event, Delta):
-                texts[index] += event.text
-            else:
-                ends[index] = event
-                done.release()
-
-        return sink
-
-    for index, prompt in enumerate(prompts):
-        ids = template_prompt(chat, [{"role": "user", "content": prompt}])
-        engine.submit(
-            engine.new_sequence(ids, SamplingParams(max_tokens=max_tokens), sink_for(index))
-        )
-    engine.start()
-    try:
-        for _ in prompts:
-            assert done.acquire(timeout=120)
-    finally:
-        engine.stop()
+    texts, ends = run_queued(engine, chat, prompts, max_tokens)
     return texts, ends, engine
 
 

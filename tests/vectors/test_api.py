@@ -3,6 +3,7 @@ on the ledger, tenant-scoped."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -182,19 +183,27 @@ def test_an_empty_wallet_gets_402_and_nothing_is_written(issue_key, client_for):
     assert not Hold.objects.exists()
 
 
-def test_storage_is_charged_per_gb_day_through_the_wallet(issue_key, client_for):
-    client = client_for(issue_key())
+def _stored(client: openai.OpenAI, *, vectors: int) -> Collection:
+    """The collection ``big`` holding ``vectors`` vectors, upserted through the API."""
     post(client, "/vector/upsert", {
         "collection": "big",
-        "ids": [str(i) for i in range(100)],
-        "vectors": [word_vector(f"document number {i}") for i in range(100)],
+        "ids": [str(i) for i in range(vectors)],
+        "vectors": [word_vector(f"document number {i}") for i in range(vectors)],
     })  # fmt: skip
-    collection = Collection.objects.get(name="big")
+    return Collection.objects.get(name="big")
+
+
+def _last_metered_days_ago(collection: Collection, days: int) -> None:
+    """Move ``collection``'s last storage metering ``days`` into the past."""
+    earlier = collection.metered_at - dt.timedelta(days=days)
+    Collection.objects.filter(pk=collection.pk).update(metered_at=earlier)
+
+
+def test_storage_is_charged_per_gb_day_through_the_wallet(issue_key, client_for):
+    collection = _stored(client_for(issue_key()), vectors=100)
     assert collection.size_bytes >= 100 * 4 * DIMENSIONS
     # A day later: a GB-day costs $0.10, so a day of these bytes costs size × 0.1 nano-USD.
-    Collection.objects.filter(pk=collection.pk).update(
-        metered_at=collection.metered_at - __import__("datetime").timedelta(days=1)
-    )
+    _last_metered_days_ago(collection, 1)
     charged = storage_meter()
     expected = collection.size_bytes * 100_000_000 // 1_000_000_000
     assert charged in (expected, expected + 1)
@@ -238,18 +247,10 @@ def test_a_storage_charge_takes_only_what_the_wallet_has_and_records_the_rest(
 ):
     from billing.models import Wallet
 
-    client = client_for(issue_key())
-    post(client, "/vector/upsert", {
-        "collection": "big",
-        "ids": [str(i) for i in range(50)],
-        "vectors": [word_vector(f"text {i}") for i in range(50)],
-    })  # fmt: skip
-    collection = Collection.objects.get(name="big")
+    collection = _stored(client_for(issue_key()), vectors=50)
     wallet = Wallet.objects.get(organization_id=collection.organization_id)
     Wallet.objects.filter(pk=wallet.pk).update(balance_nanos=7)  # almost empty
-    Collection.objects.filter(pk=collection.pk).update(
-        metered_at=collection.metered_at - __import__("datetime").timedelta(days=30)
-    )
+    _last_metered_days_ago(collection, 30)
     assert storage_meter() == 7
     charge = StorageCharge.objects.get()
     assert charge.charged_nanos == 7 and charge.amount_nanos > 7  # the shortfall stays recorded
