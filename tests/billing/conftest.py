@@ -16,9 +16,9 @@ from django.db import connection
 
 from accounts.models import ApiKey, Organization, Project
 from accounts.services import api_key_create, organization_create, project_create
-from billing.models import EntryKind
-from billing.services import hold_open, wallet_credit, wallet_get_or_create
+from billing.services import hold_open
 from billing.services.recharge import auto_recharge_configure
+from billing.services.wallet import wallet_fund
 from inference.models import RequestLog
 from tests.live import free_port, wait_http
 
@@ -77,14 +77,11 @@ def make_tenant() -> Callable[..., Tenant]:
             organization=org, name="default", monthly_budget_nanos=budget_nanos
         )
         key, _ = api_key_create(project=project)
-        wallet_get_or_create(organization=org)
-        if balance_nanos:
-            wallet_credit(
-                organization=org,
-                amount_nanos=balance_nanos,
-                kind=EntryKind.CREDIT,
-                idempotency_key=f"test-credit:{secrets.token_hex(8)}",
-            )
+        wallet_fund(
+            organization=org,
+            amount_nanos=balance_nanos,
+            idempotency_key=f"test-credit:{secrets.token_hex(8)}",
+        )
         return Tenant(org=org, project=project, key=key)
 
     return make
