@@ -1,15 +1,25 @@
 """Authentication of ``/v1`` calls from ``Authorization: Bearer <key>``.
 
-The hot path: a checksum test (no I/O), then one cache GET. On a miss, one indexed query; the
-result is cached for ``INFRAI_KEY_CACHE_TTL_S`` seconds. Revocation and edits delete the cache
-entry (see :func:`accounts.services.api_key_cache_forget`), so a revoked key fails on its next
-call in every process sharing the cache. ``last_used_at`` is written at most once a minute per
-key, off the request's critical path.
+A checksum test (no I/O), then the key's context from the shared cache (one GET); on a miss,
+one indexed query, cached for ``INFRAI_KEY_CACHE_TTL_S`` seconds. Revocation and edits delete
+the cache entry (see :func:`accounts.services.api_key_cache_forget`), so a revoked key fails on
+its next call in every process sharing the cache.
+
+The metered hot path saves the GET: each process also remembers the contexts it has read
+(:data:`_memo`, bounded in age and size). A route whose handler counts the call against the
+key's limits before it does anything for the caller authenticates with ``confirm=False``:
+the remembered context lets it read and validate the body, and :func:`confirm` — fed the cache
+entry read in the same Redis round trip as the rate-limit counters (``inference.limits``) —
+checks it is still current before anything is served, held or charged: a revoked key gets its
+401 there, in every process. Every other route confirms up front (the GET), as before.
+``last_used_at`` is written at most once a minute per key, off the request's critical path.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
@@ -29,6 +39,8 @@ _background: set[asyncio.Task[None]] = set()
 # Per-process memo of when this process last claimed a key's once-a-minute touch, so most
 # calls skip the shared-cache round trip that arbitrates between processes.
 _touched_at: dict[int, float] = {}
+# At most this many remembered contexts per process (the memo is emptied when it is full).
+MEMO_MAX_KEYS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +60,34 @@ class KeyContext:
     # The key's own monthly budget (None = none). Defaulted so that a context cached by a
     # process from before the field still loads.
     key_budget_nanos: int | None = None
+
+
+@dataclass(slots=True)
+class _Remembered:
+    """A context this process read, as the shared cache holds it (``raw``), and when it was
+    last known current (monotonic seconds)."""
+
+    raw: str
+    context: KeyContext
+    at: float
+
+
+# Contexts by key hash (module docstring). Entries older than INFRAI_KEY_CACHE_TTL_S are not
+# used without confirmation.
+_memo: dict[str, _Remembered] = {}
+
+
+def _remember(context: KeyContext, raw: str) -> KeyContext:
+    if len(_memo) >= MEMO_MAX_KEYS:
+        _memo.clear()
+    _memo[context.key_hash] = _Remembered(raw=raw, context=context, at=time.monotonic())
+    return context
+
+
+def forget_all() -> None:
+    """Drop every remembered context of this process (tests that edit keys behind the
+    services' back)."""
+    _memo.clear()
 
 
 def _context_from_db(key_hash: str) -> KeyContext | None:
@@ -96,12 +136,16 @@ def bearer_token(authorization: str | None) -> str:
 
 
 @observability.traced("infrai.auth")
-async def authenticate(authorization: str | None) -> KeyContext:
+async def authenticate(authorization: str | None, *, confirm: bool = True) -> KeyContext:
     """Resolve the caller of a request or raise :class:`AuthenticationFailed`.
 
     Distinct codes: ``missing_api_key``, ``invalid_api_key`` (unknown or malformed),
     ``revoked_api_key``, ``expired_api_key``; an admin key (``ifr_admin_…``, management API
     only) is ``invalid_api_key`` with a message saying so. The error never echoes the key.
+
+    With ``confirm=False`` a context this process remembers (younger than
+    ``INFRAI_KEY_CACHE_TTL_S``) is returned without I/O; the caller MUST pass the shared cache
+    entry to :func:`confirm` before it serves, holds or charges anything.
     """
     raw = bearer_token(authorization)
     if raw.startswith("ifr_admin_"):
@@ -113,15 +157,48 @@ async def authenticate(authorization: str | None) -> KeyContext:
     if not keys.is_well_formed(raw):
         raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
     key_hash = keys.hash_key(raw)
-    cache_key = KEY_CACHE_PREFIX + key_hash
-    cached = await fastcache.get(cache_key)
-    if cached is None:
-        ctx = await _context_from_db_async(key_hash)
-        if ctx is None:
-            raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
-        await fastcache.set(cache_key, asdict(ctx), settings.INFRAI_KEY_CACHE_TTL_S)
-    else:
-        ctx = KeyContext(**cached)
+    remembered = None if confirm else _memo.get(key_hash)
+    if (
+        remembered is not None
+        and time.monotonic() - remembered.at < settings.INFRAI_KEY_CACHE_TTL_S
+    ):
+        return await _admitted(remembered.context)
+    return await _admitted(await _current(key_hash, await fastcache.get_raw(cache_key(key_hash))))
+
+
+async def confirm(ctx: KeyContext, cached: str | None) -> KeyContext:
+    """The current context of ``ctx``'s key, given ``cached``: the shared cache's entry for it
+    (:func:`cache_key`) as read just now. Raises :class:`AuthenticationFailed` when the key was
+    revoked or expired (or deleted) since ``ctx`` was read. No I/O when the entry is the one
+    this process remembers."""
+    return await _admitted(await _current(ctx.key_hash, cached))
+
+
+def cache_key(key_hash: str) -> str:
+    """The shared cache's key for the context of the API key hashed ``key_hash``."""
+    return KEY_CACHE_PREFIX + key_hash
+
+
+async def _current(key_hash: str, cached: str | None) -> KeyContext:
+    """The context from the shared cache's entry ``cached`` (parsed only when it is not the one
+    remembered), or — when there is none — from the database (then cached); remembered either
+    way. Unknown key: 401 ``invalid_api_key``."""
+    if cached is not None:
+        remembered = _memo.get(key_hash)
+        if remembered is not None and remembered.raw == cached:
+            remembered.at = time.monotonic()
+            return remembered.context
+        return _remember(KeyContext(**json.loads(cached)), cached)
+    ctx = await _context_from_db_async(key_hash)
+    if ctx is None:
+        raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
+    value = asdict(ctx)
+    await fastcache.set(cache_key(key_hash), value, settings.INFRAI_KEY_CACHE_TTL_S)
+    return _remember(ctx, fastcache.encode(value))
+
+
+async def _admitted(ctx: KeyContext) -> KeyContext:
+    """``ctx`` if its key may call now (not revoked, not expired), else the 401."""
     if ctx.revoked:
         raise AuthenticationFailed("This API key has been revoked.", code="revoked_api_key")
     now = timezone.now()

@@ -115,12 +115,27 @@ def _sclient() -> redis.Redis:
     return _sync_client
 
 
+def encode(value: Any) -> str:
+    """``value`` as this store writes it (what :func:`get_raw` returns for it)."""
+    return json.dumps(value)
+
+
 async def get(key: str) -> Any:
     """The JSON value at ``key`` or None."""
     if not _redis_url():
         return _memory.get(key)
     raw = await _aclient().get(_prefix() + key)
     return None if raw is None else json.loads(raw)
+
+
+async def get_raw(key: str) -> str | None:
+    """The value at ``key`` as stored (:func:`encode`d JSON text), or None: for callers that
+    compare it with a copy they keep before paying for a parse."""
+    if not _redis_url():
+        value = _memory.get(key)
+        return None if value is None else encode(value)
+    raw: str | None = await _aclient().get(_prefix() + key)
+    return raw
 
 
 async def set(key: str, value: Any, ttl_s: float) -> None:
@@ -171,14 +186,27 @@ async def delete_many(keys: list[str]) -> None:
 
 async def incr_many(items: list[tuple[str, int]], ttl_s: float) -> list[int]:
     """Add each amount to its counter (created with ``ttl_s`` on first use); one round trip."""
+    return (await get_raw_and_incr_many(None, items, ttl_s))[1]
+
+
+async def get_raw_and_incr_many(
+    key: str | None, items: list[tuple[str, int]], ttl_s: float
+) -> tuple[str | None, list[int]]:
+    """:func:`get_raw` of ``key`` (None when ``key`` is None) and :func:`incr_many` of
+    ``items``, in one round trip."""
     if not _redis_url():
-        return [_memory.incr(key, amount, ttl_s) for key, amount in items]
+        raw = None if key is None else await get_raw(key)
+        return raw, [_memory.incr(name, amount, ttl_s) for name, amount in items]
     pipe = _aclient().pipeline(transaction=False)
-    for key, amount in items:
-        pipe.incrby(_prefix() + key, amount)
-        pipe.expire(_prefix() + key, max(int(ttl_s), 1), nx=True)
+    if key is not None:
+        pipe.get(_prefix() + key)
+    for name, amount in items:
+        pipe.incrby(_prefix() + name, amount)
+        pipe.expire(_prefix() + name, max(int(ttl_s), 1), nx=True)
     results = await pipe.execute()
-    return [int(v) for v in results[::2]]
+    if key is None:
+        return None, [int(v) for v in results[::2]]
+    return results[0], [int(v) for v in results[1::2]]
 
 
 def get_sync(key: str) -> Any:

@@ -123,8 +123,10 @@ class Call:
 
     # --- limit / route / hold -----------------------------------------------------------
     async def limit(self, *, tokens: int) -> None:
-        """Count the call against the key's rate limits (429 raises)."""
-        state = await limits.admit(self.key, tokens=tokens)
+        """Count the call against the key's rate limits (429 raises) and confirm the key is
+        still current (401 raises; from here on ``key`` is the confirmed context)."""
+        state, self.request.key = await limits.admit(self.key, tokens=tokens)
+        self.request.key_confirmed = True
         self.limit_headers = state.headers()
 
     @observability.traced("infrai.route")

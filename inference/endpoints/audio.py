@@ -509,7 +509,7 @@ def _transcription_response(call: Call, parsed: TranscriptionRequest, answer: An
     return Response(str(answer).encode(), headers=call.headers(), content_type=content_type)
 
 
-route("/v1/audio/speech", methods={"POST": speech})
+route("/v1/audio/speech", methods={"POST": speech}, confirms_key=True)
 route(
     "/v1/audio/transcriptions",
     methods={"POST": transcriptions},

@@ -445,4 +445,4 @@ async def _open_stream(
     return StreamingResponse(chunks, headers=stream_headers(call, final=False), on_close=on_close)
 
 
-route("/v1/chat/completions", methods={"POST": chat_completions})
+route("/v1/chat/completions", methods={"POST": chat_completions}, confirms_key=True)

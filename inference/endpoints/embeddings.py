@@ -225,4 +225,4 @@ async def embeddings(request: ApiRequest) -> Response:
     return json_response(out, headers=call.headers())
 
 
-route("/v1/embeddings", methods={"POST": embeddings})
+route("/v1/embeddings", methods={"POST": embeddings}, confirms_key=True)

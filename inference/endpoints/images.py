@@ -212,5 +212,5 @@ async def generations(request: ApiRequest) -> Response:
     return json_response(out, headers=call.headers())
 
 
-route("/v1/images/generations", methods={"POST": generations})
+route("/v1/images/generations", methods={"POST": generations}, confirms_key=True)
 route("/v1/files/images/{token}", methods={"GET": image_file}, authenticated=False)

@@ -120,4 +120,4 @@ async def moderations(request: ApiRequest) -> Response:
     return json_response(out, headers=call.headers())
 
 
-route("/v1/moderations", methods={"POST": moderations})
+route("/v1/moderations", methods={"POST": moderations}, confirms_key=True)

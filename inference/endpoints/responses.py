@@ -191,4 +191,4 @@ class ResponsesMeter:
         return self.translator.failed(call.usage, call.infrai(), fault.message)
 
 
-route("/v1/responses", methods={"POST": responses})
+route("/v1/responses", methods={"POST": responses}, confirms_key=True)
