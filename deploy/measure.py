@@ -88,8 +88,10 @@ def per_call_counts(env: dict[str, str], key: str, calls: int) -> dict[str, floa
     import django
 
     django.setup()
+    import asyncpg
     import redis
-    import redis.asyncio
+
+    from config import resp
 
     counts = {"statements": 0, "redis": 0}
 
@@ -112,12 +114,11 @@ def per_call_counts(env: dict[str, str], key: str, calls: int) -> dict[str, floa
 
     counting(psycopg.Cursor, "execute", "statements")
     counting(psycopg.Cursor, "executemany", "statements")
-    counting(psycopg.AsyncCursor, "execute", "statements")
-    counting(psycopg.AsyncCursor, "executemany", "statements")
+    for name in ("execute", "executemany", "fetch", "fetchrow", "fetchval"):
+        counting(asyncpg.Connection, name, "statements")  # config.adb, the hot path's
     counting(redis.Redis, "execute_command", "redis")
     counting(redis.client.Pipeline, "execute", "redis")
-    counting(redis.asyncio.Redis, "execute_command", "redis")
-    counting(redis.asyncio.client.Pipeline, "execute", "redis")
+    counting(resp.Connection, "execute", "redis")  # config.fastcache, the hot path's
 
     from tests.live import uvicorn_server
 

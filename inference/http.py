@@ -136,7 +136,7 @@ class ApiRequest:
         if json_too_deep(self.body):
             raise _too_deep()
         try:
-            data = json.loads(self.body)
+            data = jsonio.loads(self.body)  # the standard library's errors and results
         except RecursionError:
             raise _too_deep() from None
         except (ValueError, UnicodeDecodeError) as exc:

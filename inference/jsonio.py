@@ -9,8 +9,9 @@ library as the fallback for what orjson refuses, so the behaviour stays the stan
   integers beyond 64 bits) falls back to ``json.loads``; what neither accepts raises
   ``ValueError``.
 
-Request bodies are parsed by :meth:`inference.http.ApiRequest.json`, which keeps the
-standard library for its exact error messages.
+Request bodies are parsed with :func:`loads` too (:meth:`inference.http.ApiRequest.json`):
+a body orjson refuses is parsed again by the standard library, whose error messages the 400
+quotes — the same answer for every body as before, faster for the valid ones.
 """
 
 from __future__ import annotations

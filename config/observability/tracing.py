@@ -67,12 +67,14 @@ def configure(*, otlp_endpoint: str, service_name: str = "infrai") -> bool:
 def install(provider: TracerProvider, *, libraries: bool = True) -> None:
     """Record spans through ``provider`` from now on (tests pass one with an in-memory
     exporter); ``libraries`` also instruments Django, the HTTP clients (aiohttp for vendor
-    calls, httpx for the rest) and psycopg (once per process)."""
+    calls, httpx for the rest), psycopg (the ORM) and asyncpg (the hot path's money statements:
+    ``config.adb``), once per process."""
     global _tracer, _instrumented
     _tracer = provider.get_tracer("infrai")
     if libraries and not _instrumented:
         _instrumented = True
         from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
+        from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
         from opentelemetry.instrumentation.django import DjangoInstrumentor
         from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
         from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
@@ -81,6 +83,7 @@ def install(provider: TracerProvider, *, libraries: bool = True) -> None:
         HTTPXClientInstrumentor().instrument(tracer_provider=provider)
         AioHttpClientInstrumentor().instrument(tracer_provider=provider)
         PsycopgInstrumentor().instrument(tracer_provider=provider, enable_commenter=False)
+        AsyncPGInstrumentor().instrument(tracer_provider=provider)
 
 
 def uninstall() -> None:
