@@ -7,8 +7,8 @@ the platform reject a mistyped key without touching the cache or database. Only
 
 from __future__ import annotations
 
-import hashlib
 import hmac
+import re
 import secrets
 import string
 import zlib
@@ -20,6 +20,7 @@ _ALPHABET = string.digits + string.ascii_letters
 _RANDOM_LEN = 32
 _CHECK_LEN = 6
 KEY_LEN = len(PREFIX) + _RANDOM_LEN + 1 + _CHECK_LEN
+_SHAPE = re.compile(rf"([0-9A-Za-z]{{{_RANDOM_LEN}}})_([0-9A-Za-z]{{{_CHECK_LEN}}})")
 
 
 def _base62(number: int, width: int) -> str:
@@ -48,17 +49,12 @@ def generate(prefix: str = PREFIX) -> str:
 
 def is_well_formed(raw: str, prefix: str = PREFIX) -> bool:
     """True when ``raw`` has the shape of a ``prefix`` key and a valid checksum (no lookup)."""
-    if len(raw) != key_length(prefix) or not raw.startswith(prefix):
+    if not raw.startswith(prefix):
         return False
-    random_part, sep, check = raw[len(prefix) :].rpartition("_")
-    return (
-        sep == "_"
-        and len(random_part) == _RANDOM_LEN
-        and all(c in _ALPHABET for c in random_part)
-        and hmac.compare_digest(check, _checksum(random_part))
-    )
+    shape = _SHAPE.fullmatch(raw, len(prefix))
+    return shape is not None and hmac.compare_digest(shape[2], _checksum(shape[1]))
 
 
 def hash_key(raw: str) -> str:
     """The stored form of a key: hex HMAC-SHA256 with the server's pepper."""
-    return hmac.new(settings.INFRAI_KEY_PEPPER.encode(), raw.encode(), hashlib.sha256).hexdigest()
+    return hmac.digest(settings.INFRAI_KEY_PEPPER.encode(), raw.encode(), "sha256").hex()

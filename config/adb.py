@@ -11,8 +11,9 @@ five times that: query conversion, adaptation and its wait loop).
 
 Statements are written once with psycopg's named placeholders (``%(name)s``, shared with the
 ORM-side code that runs the same SQL through Django's cursor) and compiled here to asyncpg's
-positional ``$n`` by :class:`Statement`. JSON columns take Python values (encoded with orjson
-by a codec set on each new connection).
+positional ``$n`` by :class:`Statement`. A JSON column takes its value as JSON text
+(:func:`json_text`): no per-connection codec, whose set-up costs each new connection a catalog
+query.
 
 Only for PostgreSQL (:func:`enabled`); on SQLite (``make run``'s embedded default) callers keep
 the ORM path in a thread. The pool reads the connection parameters from
@@ -103,16 +104,9 @@ def _connect_kwargs() -> dict[str, Any]:
     return {k: v for k, v in params.items() if v not in (None, "")}
 
 
-async def _init(conn: asyncpg.Connection) -> None:
-    """Each new connection encodes and decodes ``json``/``jsonb`` with orjson."""
-    for name in ("json", "jsonb"):
-        await conn.set_type_codec(
-            name,
-            schema="pg_catalog",
-            encoder=lambda value: orjson.dumps(value).decode(),
-            decoder=orjson.loads,
-            format="text",
-        )
+def json_text(value: Any) -> str:
+    """``value`` as the text a ``json``/``jsonb`` parameter takes."""
+    return orjson.dumps(value).decode()
 
 
 async def _no_session_state(conn: asyncpg.Connection) -> None:
@@ -133,7 +127,6 @@ async def _pool() -> asyncpg.Pool:
             # A connection idle this long is closed (the pool keeps min_size).
             max_inactive_connection_lifetime=60.0,
             timeout=10.0,
-            init=_init,
             reset=_no_session_state,
             **_connect_kwargs(),
         )

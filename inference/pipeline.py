@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import transaction
+from django.db import models, transaction
 
 from accounts.auth import KeyContext
 from billing.services import ahold_open, aholds_renew, arequest_recharge, asettle, hold_settle
@@ -636,13 +636,17 @@ _LOG_INSERT = "INSERT INTO {table} ({columns}) VALUES ({values})".format(
     values=", ".join(f"%(log_{f.attname})s" for f in _LOG_FIELDS),
 )
 _LOG_INSERT_ASYNC = adb.Statement.compile(_LOG_INSERT)
-_LOG_ATTNAMES = tuple((f"log_{f.attname}", f.attname) for f in _LOG_FIELDS)
+_LOG_ATTNAMES = tuple(
+    (f"log_{f.attname}", f.attname, isinstance(f, models.JSONField)) for f in _LOG_FIELDS
+)
 
 
 def _log_values(row: RequestLog) -> dict[str, Any]:
-    """``row``'s column values for :data:`_LOG_INSERT` (JSON columns as Python values: the
-    connection's codec encodes them)."""
-    return {param: getattr(row, attname) for param, attname in _LOG_ATTNAMES}
+    """``row``'s column values for :data:`_LOG_INSERT` (JSON columns as JSON text)."""
+    return {
+        param: adb.json_text(getattr(row, attname)) if is_json else getattr(row, attname)
+        for param, attname, is_json in _LOG_ATTNAMES
+    }
 
 
 async def _record_and_settle_on_loop(row: RequestLog, held: bool, cost: int) -> bool:
