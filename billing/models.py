@@ -68,16 +68,19 @@ class LedgerEntry(models.Model):
     refuses all three (SQLite: updates), except the nulling of ``project``/``api_key``/
     ``created_by`` when those rows are deleted (migration 0003)."""
 
-    wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="entries")
+    # Indexed by (wallet, -id) below, which also serves lookups by wallet alone.
+    wallet = models.ForeignKey(
+        Wallet, on_delete=models.PROTECT, related_name="entries", db_index=False
+    )
     kind = models.CharField(max_length=16, choices=EntryKind.choices)
     amount_nanos = models.BigIntegerField(help_text="Signed: credits > 0, debits < 0.")
     balance_after_nanos = models.BigIntegerField()
-    idempotency_key = models.CharField(max_length=128, unique=True)
+    idempotency_key = models.CharField(max_length=128)  # unique: Meta.constraints
     project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL)
     api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL)
-    request_id = models.CharField(max_length=40, blank=True, db_index=True)
+    request_id = models.CharField(max_length=40, blank=True)  # indexed: Meta.indexes
     external_ref = models.CharField(
-        max_length=64, blank=True, db_index=True, help_text="Stripe object (charge, session …)."
+        max_length=64, blank=True, help_text="Stripe object (charge, session …)."
     )
     description = models.CharField(max_length=255, blank=True)
     created_by = models.ForeignKey(
@@ -86,7 +89,18 @@ class LedgerEntry(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        indexes = [models.Index(fields=["wallet", "-id"])]
+        # Indexes and unique constraints declared here rather than with db_index/unique on
+        # the fields: PostgreSQL then gets no second, LIKE-only (varchar_pattern_ops) index
+        # per text column — nothing queries these by prefix, and every index is written on
+        # every call's settlement.
+        indexes = [
+            models.Index(fields=["wallet", "-id"]),
+            models.Index(fields=["request_id"], name="ledger_request_id_idx"),
+            models.Index(fields=["external_ref"], name="ledger_external_ref_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["idempotency_key"], name="uniq_ledger_idempotency"),
+        ]
         verbose_name_plural = "ledger entries"
 
     def __str__(self) -> str:
@@ -105,7 +119,7 @@ class Hold(models.Model):
     wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="holds")
     project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL)
     api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL)
-    request_id = models.CharField(max_length=40, unique=True)
+    request_id = models.CharField(max_length=40)  # unique: Meta.constraints
     amount_nanos = models.BigIntegerField()
     captured_nanos = models.BigIntegerField(null=True, blank=True)
     status = models.CharField(max_length=10, choices=HoldStatus.choices, default=HoldStatus.OPEN)
@@ -116,6 +130,8 @@ class Hold(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["status", "expires_at"])]
+        # Not unique=True on the field: no LIKE-only index beside it (see LedgerEntry).
+        constraints = [models.UniqueConstraint(fields=["request_id"], name="uniq_hold_request")]
 
     def __str__(self) -> str:
         return f"hold {self.request_id} {self.status}"

@@ -23,7 +23,7 @@ class RequestLog(models.Model):
     """One call. Tenant references are plain ids (no FK) so the writer never waits on locks
     and rows survive key deletion; the dashboard filters by ``organization_id`` first."""
 
-    request_id = models.CharField(max_length=40, unique=True)
+    request_id = models.CharField(max_length=40)  # unique: Meta.constraints
     organization_id = models.BigIntegerField()
     project_id = models.BigIntegerField(null=True)
     api_key_id = models.BigIntegerField(null=True)
@@ -56,6 +56,11 @@ class RequestLog(models.Model):
             models.Index(fields=["organization_id", "-created_at"]),
             models.Index(fields=["organization_id", "model", "-created_at"]),
             models.Index(fields=["organization_id", "project_id", "-created_at"]),
+        ]
+        # Not unique=True on the field: PostgreSQL would add a LIKE-only index beside the
+        # unique one, written on every call for queries nobody makes.
+        constraints = [
+            models.UniqueConstraint(fields=["request_id"], name="uniq_requestlog_request"),
         ]
 
     def __str__(self) -> str:
