@@ -36,6 +36,7 @@ from django.utils.http import urlsafe_base64_encode
 
 import billing.urls
 import dashboard.urls
+import management.pages
 from accounts.models import ApiKey, Invitation, Membership, Organization, Project, Role, User
 from accounts.services import (
     api_key_create,
@@ -199,7 +200,9 @@ def flatten(patterns: list[Any], prefix: str = "") -> Iterator[Page]:
 
 
 def dashboard_pages() -> list[Page]:
-    return list(flatten(dashboard.urls.urlpatterns))
+    """Every page under the ``dashboard`` namespace, the management app's admin-key page
+    included (config.urls serves both lists there)."""
+    return list(flatten([*dashboard.urls.urlpatterns, *management.pages.urlpatterns]))
 
 
 def billing_pages() -> list[Page]:

@@ -290,10 +290,17 @@ def test_the_topology_serves_through_nginx_and_survives_a_web_process_stopping(
 
     # --- a revocation is seen at once by both web processes
     revoked = _key(issue_key, "acme")
-    for i in (1, 2):  # each process caches the key
+    for i in (1, 2):  # each process caches the key, and remembers it (a metered call)
         c.sdk(revoked, c.web(i)).models.list()
+        c.sdk(revoked, c.web(i)).chat.completions.create(
+            model="test-small", messages=HI, max_tokens=5
+        )
     api_key_revoke(api_key=ApiKey.objects.get(key_hash=hash_key(revoked)))
     for i in (1, 2):
+        with pytest.raises(openai.AuthenticationError):
+            c.sdk(revoked, c.web(i)).chat.completions.create(
+                model="test-small", messages=HI, max_tokens=5
+            )
         with pytest.raises(openai.AuthenticationError):
             c.sdk(revoked, c.web(i)).models.list()
 
