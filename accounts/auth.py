@@ -18,7 +18,6 @@ checks it is still current before anything is served, held or charged: a revoked
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -188,7 +187,7 @@ async def _current(key_hash: str, cached: str | None) -> KeyContext:
         if remembered is not None and remembered.raw == cached:
             remembered.at = time.monotonic()
             return remembered.context
-        return _remember(KeyContext(**json.loads(cached)), cached)
+        return _remember(KeyContext(**fastcache.decode(cached)), cached)
     ctx = await _context_from_db_async(key_hash)
     if ctx is None:
         raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")

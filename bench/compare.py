@@ -244,6 +244,14 @@ class Target:
     embed_model: str
     pids: Callable[[], list[int]]
     postgres: Postgres | None = None
+    # infrai: the keys of further organizations, each with its own wallet (Workload.tenants).
+    tenant_headers: list[dict[str, str]] = field(default_factory=list)
+
+    def headers_for(self, call: int, tenants: int) -> dict[str, str]:
+        """The headers of the ``call``-th call of a workload spread over ``tenants``
+        organizations (round robin); targets without tenants send their one key."""
+        keys = [self.headers, *self.tenant_headers][:tenants]
+        return keys[call % len(keys)]
 
 
 def start_upstream(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -286,10 +294,19 @@ def start_infrai(
     manage(env, "migrate", "--noinput", "-v", "0")
     (tmp / "catalog.yaml").write_text(catalog(upstream))
     manage(env, "catalog", "load", str(tmp / "catalog.yaml"))
-    key = manage(
-        env, "issue_key", "--org", f"bench-{os.getpid()}", "--project", "bench",
-        "--credit-usd", "100000",
-    ).strip().splitlines()[-1]  # fmt: skip
+    keys = manage(
+        env,
+        "shell",
+        "-c",
+        "import io; from django.core.management import call_command\n"
+        f"for t in range({TENANTS}):\n"
+        "    out = io.StringIO()\n"
+        f"    call_command('issue_key', org=f'bench-{os.getpid()}-{{t}}', project='bench',"
+        " credit_usd='100000', stdout=out)\n"
+        "    print(out.getvalue().strip().splitlines()[-1])",
+    ).split()
+    keys = [word for word in keys if word.startswith("ifr_")]  # not the shell's own chatter
+    key = keys[0]
     manage(
         env,
         "shell",
@@ -317,7 +334,7 @@ def start_infrai(
     label = "infrai" if asgi == "uvicorn" else f"infrai ({asgi})"
     target = Target(
         label, base, headers, "bench-model", "bench-embed", lambda: tree(proc.pid),
-        Postgres(database_url),
+        Postgres(database_url), [{"authorization": f"Bearer {k}"} for k in keys[1:]],
     )  # fmt: skip
     return proc, target
 
@@ -404,6 +421,9 @@ class Workload:
     concurrency: int
     calls: int
     embed: bool = False
+    # Organizations (wallets) the calls are spread over: one wallet's row lock serializes
+    # its holds and settlements, each held until its commit is on disk.
+    tenants: int = 1
 
     def body(self, target: Target) -> bytes:
         if self.embed:
@@ -430,7 +450,10 @@ async def run_batch(
 ) -> Result:
     url = target.base + work.path
     body = work.body(target)
-    headers = {**target.headers, "content-type": "application/json"}
+    headers = [
+        {**target.headers_for(i, work.tenants), "content-type": "application/json"}
+        for i in range(work.tenants)
+    ]
     result = Result()
     pids = target.pids() if measure else []
     pg_before = target.postgres.snapshot() if measure and target.postgres else None
@@ -439,10 +462,14 @@ async def run_batch(
     stop_at = started + deadline_s
     remaining = calls
 
+    sent = 0
+
     async def one() -> None:
+        nonlocal sent
         t0 = time.perf_counter()
+        sent += 1
         try:
-            async with session.post(url, data=body, headers=headers) as resp:
+            async with session.post(url, data=body, headers=headers[sent % len(headers)]) as resp:
                 if resp.status != 200:
                     text = await resp.text()
                     result.errors += 1
@@ -539,6 +566,13 @@ def table(results: dict[tuple[str, str], list[Result]], rss: dict[str, float], n
         p50 = m(n, "chat c=16", lambda r: r.pct(r.latencies, 0.5))
         return rate, f"{fmt(rate, 0)} · p50 {fmt(p50, 1)} ms"
 
+    def chat_tenants(n: str) -> tuple[float, str]:
+        work = f"chat c=16 x{TENANTS}"
+        rate = m(n, work, lambda r: r.rate)
+        p50 = m(n, work, lambda r: r.pct(r.latencies, 0.5))
+        cpu = m(n, work, lambda r: r.cpu_ms)
+        return rate, f"{fmt(rate, 0)} · p50 {fmt(p50, 1)} ms · CPU {fmt(cpu, 2)} ms"
+
     def chat_cpu(n: str) -> tuple[float, str]:
         c1 = m(n, "chat c=1", lambda r: r.cpu_ms)
         c16 = m(n, "chat c=16", lambda r: r.cpu_ms)
@@ -588,6 +622,11 @@ def table(results: dict[tuple[str, str], list[Result]], rss: dict[str, float], n
 
     row("non-streamed chat, c=1: calls/s · added p50 · p99", chat_c1)
     row("non-streamed chat, c=16: calls/s · p50", chat_c16)
+    row(
+        f"non-streamed chat, c=16 over {TENANTS} organizations (infrai: a wallet each):"
+        " calls/s · p50 · server CPU per call",
+        chat_tenants,
+    )
     row("server CPU per non-streamed call, c=1 · c=16", chat_cpu, invert=True)
     row("PostgreSQL CPU per non-streamed call (c=16)", postgres)
     row(
@@ -615,7 +654,8 @@ def table(results: dict[tuple[str, str], list[Result]], rss: dict[str, float], n
     return "\n".join(lines), problems
 
 
-WORKNAMES = ["chat c=1", "chat c=16", "stream c=1", "embeddings c=1"]
+TENANTS = 16
+WORKNAMES = ["chat c=1", "chat c=16", f"chat c=16 x{TENANTS}", "stream c=1", "embeddings c=1"]
 
 
 def workloads(scale: float) -> list[Workload]:
@@ -625,6 +665,7 @@ def workloads(scale: float) -> list[Workload]:
     return [
         Workload("chat c=1", "/chat/completions", False, 1, n(400)),
         Workload("chat c=16", "/chat/completions", False, 16, n(800)),
+        Workload(f"chat c=16 x{TENANTS}", "/chat/completions", False, 16, n(800), tenants=TENANTS),
         Workload("stream c=1", "/chat/completions", True, 1, n(60)),
         Workload("embeddings c=1", "/embeddings", False, 1, n(300), embed=True),
     ]

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+import orjson
 import redis
 from django.conf import settings
 
@@ -105,12 +106,21 @@ def encode(value: Any) -> str:
     return json.dumps(value)
 
 
+def decode(raw: str) -> Any:
+    """A stored value (orjson, several times faster on large ones such as cached embeddings;
+    the standard library for what orjson refuses, e.g. NaN)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
 async def get(key: str) -> Any:
     """The JSON value at ``key`` or None."""
     if not _redis_url():
         return _memory.get(key)
     (raw,) = await _aclient().execute(("GET", _prefix() + key))
-    return None if raw is None else json.loads(raw)
+    return None if raw is None else decode(raw)
 
 
 async def get_raw(key: str) -> str | None:
@@ -157,7 +167,7 @@ async def get_many(keys: list[str]) -> dict[str, Any]:
         found = {key: _memory.get(key) for key in keys}
         return {k: v for k, v in found.items() if v is not None}
     (raws,) = await _aclient().execute(("MGET", *[_prefix() + key for key in keys]))
-    return {key: json.loads(raw) for key, raw in zip(keys, raws, strict=True) if raw is not None}
+    return {key: decode(raw) for key, raw in zip(keys, raws, strict=True) if raw is not None}
 
 
 async def delete_many(keys: list[str]) -> None:
