@@ -10,9 +10,9 @@ What the consumer does for every call:
    authenticates when the route needs it (a metered route whose handler counts the call
    before doing anything for it — ``confirms_key`` — takes the key's remembered context and
    confirms it in the rate-limit round trip: :mod:`accounts.auth`); runs the route's
-   ``before_body`` check (uploads
-   count the rate limit and check the wallet here). A refusal costs no body bytes: the server
-   (uvicorn) hands the body to the app only as the app asks for it;
+   ``before_body`` check (uploads count the rate limit and check the wallet here). A refusal
+   costs no body bytes: the server (uvicorn) hands the body to the app only as the app asks
+   for it;
 2. reads the body, counting bytes as they arrive (a chunked body has no declared length), and
    refuses with 413 + ``connection: close`` the moment the count passes the limit;
 3. runs the handler **in its own task**, so a client disconnect (``http.disconnect``) cancels it
