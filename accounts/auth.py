@@ -83,12 +83,6 @@ def _remember(context: KeyContext, raw: str) -> KeyContext:
     return context
 
 
-def forget_all() -> None:
-    """Drop every remembered context of this process (tests that edit keys behind the
-    services' back)."""
-    _memo.clear()
-
-
 def _context_from_db(key_hash: str) -> KeyContext | None:
     row = ApiKey.objects.select_related("project", "organization").filter(key_hash=key_hash).first()
     if row is None:
