@@ -97,8 +97,8 @@ class ModelSlot:
 
     def remaining_s(self, now: float) -> float:
         """Estimated seconds of loading left (its own load only; at least 1 while not done)."""
-        if self.loading_since is None:
-            return self.expected_s
+        if self.loading_since is None:  # queued: its whole load (a recorded one may be ~0 s)
+            return max(self.expected_s, 1.0)
         return max(self.expected_s - (now - self.loading_since), 1.0)
 
     async def wait(self, limit_s: float) -> bool:
