@@ -199,12 +199,13 @@ class Client:
         for closed in [other for other in self._loops if other.is_closed()]:
             del self._loops[closed]
         state = self._loops.setdefault(loop, _LoopState())
-        if state.connecting is None or state.connecting.done():
-            state.connecting = loop.create_task(self._open(loop))
+        opening = state.connecting
+        if opening is None or opening.done():
+            opening = state.connecting = loop.create_task(self._open(loop))
         try:
-            connection = await asyncio.shield(state.connecting)
+            connection = await asyncio.shield(opening)
         finally:
-            if state.connecting.done():
+            if opening.done() and state.connecting is opening:
                 state.connecting = None
         state.connection = connection
         return connection

@@ -35,6 +35,17 @@ def test_a_burst_of_concurrent_calls_shares_one_connection_and_each_gets_its_own
     assert on_loop(burst()) == [{"n": n % 50} for n in range(1000)]
 
 
+def test_many_first_callers_on_a_new_loop_share_one_connection_attempt(on_loop):
+    """The first calls of a loop arrive together (a process's first burst): one connects, the
+    others wait for that connection, and every one is answered."""
+    client = resp.Client(str(settings.REDIS_URL))
+
+    async def first_burst() -> list[list[object]]:
+        return await asyncio.gather(*(client.execute(("PING",)) for _ in range(200)))
+
+    assert on_loop(first_burst()) == [["PONG"]] * 200
+
+
 def test_counters_and_a_read_in_one_round_trip(on_loop):
     async def run() -> tuple[str | None, list[int]]:
         await fastcache.set("seen", {"a": 1}, 30)
