@@ -40,6 +40,7 @@ from urllib.parse import parse_qs
 from django.conf import settings
 
 from accounts.auth import KeyContext, authenticate
+from config import jsonio
 from config.errors import (
     ApiError,
     InvalidRequest,
@@ -48,7 +49,6 @@ from config.errors import (
     RequestTooLarge,
     internal_error,
 )
-from inference import jsonio
 
 log = logging.getLogger(__name__)
 

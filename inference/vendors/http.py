@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from inference import jsonio
+from config import jsonio
 from inference.vendors import errors
 from inference.vendors.base import VendorTarget
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import aiohttp
 
-from inference import jsonio
+from config import jsonio
 from inference.vendors import errors, http
 from inference.vendors.base import JSON, AudioStream, FileUpload, FormFields, VendorTarget
 from inference.vendors.sse import events

@@ -1,5 +1,5 @@
-"""JSON on the ``/v1`` hot path: orjson (several times faster than the standard library on
-what a call encodes and decodes — answers, embeddings, stream chunks), with the standard
+"""JSON on the ``/v1`` hot path — request bodies, vendor answers, stream chunks, cached values:
+orjson (several times faster than the standard library on these), with the standard
 library as the fallback for what orjson refuses, so the behaviour stays the standard one:
 
 - :func:`dumps` of a string holding a lone surrogate (a vendor may send one), a ``Decimal``
