@@ -175,6 +175,29 @@ async def execute(
     await conn.execute(statement.sql, *statement.args(params))
 
 
+# A statement's commit that need not wait for its WAL to reach the disk: the CTE is
+# ``SET LOCAL synchronous_commit = off`` for the statement's own transaction. The statement
+# must read it (``FROM …, defer_flush``), or PostgreSQL never runs it. Row locks the statement
+# took are then released as soon as it has run, instead of after the disk write; the commit is
+# visible at once, and durable once PostgreSQL next flushes its WAL (within
+# ``wal_writer_delay`` × 3, or at :func:`flush`, or at any later synchronous commit, whichever
+# comes first: WAL is flushed in order).
+DEFER_FLUSH_NAME = "defer_flush"
+DEFER_FLUSH = f"{DEFER_FLUSH_NAME} AS (SELECT set_config('synchronous_commit', 'off', true))"
+# One WAL record in a transaction of its own, committed synchronously: PostgreSQL flushes its WAL
+# up to this commit, which covers every commit before it. (A transaction that writes nothing is
+# never flushed, whatever synchronous_commit says; a logical-decoding message is the smallest
+# write, touches no table and takes no lock.)
+_FLUSH = Statement.compile("SELECT pg_logical_emit_message(true, 'infrai', 'flush')")
+
+
+async def flush(conn: asyncpg.Connection) -> None:
+    """Return once everything committed on ``conn`` so far (a :data:`DEFER_FLUSH` statement
+    included) is on disk, as a synchronous commit would have: the server's
+    ``synchronous_commit`` setting applies (off there, this does not wait either)."""
+    await execute(conn, _FLUSH, [])
+
+
 async def close() -> None:
     """Close the running loop's pool (process shutdown; tests before they drop the database)."""
     loop = asyncio.get_running_loop()

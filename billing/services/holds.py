@@ -120,8 +120,13 @@ def month_start(now: dt.datetime) -> dt.date:
 
 # --- open -------------------------------------------------------------------------------------
 
-_OPEN_CTE = f"""
-WITH w AS (
+
+def _open_sql(*, defer_flush: bool) -> str:
+    """The hold-opening statement; with ``defer_flush`` its commit does not wait for the disk
+    (:data:`config.adb.DEFER_FLUSH`: the loop path, see :func:`ahold_open`)."""
+    first, also = (f"{adb.DEFER_FLUSH}, ", f", {adb.DEFER_FLUSH_NAME}") if defer_flush else ("", "")
+    return f"""
+WITH {first}w AS (
     UPDATE {WALLET} SET held_nanos = held_nanos + %(amount)s::bigint, updated_at = %(now)s
      WHERE organization_id = %(org)s AND balance_nanos - held_nanos >= %(amount)s::bigint
     RETURNING id
@@ -141,13 +146,16 @@ INSERT INTO {HOLD} (wallet_id, project_id, api_key_id, request_id, amount_nanos,
                     month, created_at, expires_at)
 SELECT w.id, %(project)s::bigint, %(key)s::bigint, %(rid)s::varchar, %(amount)s::bigint, 'open',
        %(month)s::date, %(now)s::timestamptz, %(expires)s::timestamptz
-  FROM w
+  FROM w{also}
  WHERE %(project)s::bigint IS NULL OR EXISTS (SELECT 1 FROM s)
 RETURNING id
 """
+
+
+_OPEN_CTE = _open_sql(defer_flush=False)
 # The same statement for the event loop (config.adb: asyncpg's positional parameters). The
 # casts above are for asyncpg, which types each parameter when it prepares the statement.
-_OPEN_ASYNC = adb.Statement.compile(_OPEN_CTE)
+_OPEN_ASYNC = adb.Statement.compile(_open_sql(defer_flush=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,8 +439,14 @@ def _claim(*, request_id: str, actual_nanos: int, from_status: HoldStatus) -> _C
     return None if row is None else _Claimed(*row)
 
 
-_SETTLE_CTE = f"""
-WITH h AS (
+def _settle_sql(*, pre: str | None = None, defer_flush: bool = False) -> str:
+    """The open-hold settlement as one statement; ``pre`` (data-modifying SQL, named
+    parameters) runs first inside it, and ``defer_flush`` makes its commit not wait for the
+    disk (:data:`config.adb.DEFER_FLUSH`; :func:`asettle` waits with :func:`config.adb.flush`)."""
+    first = (f"{adb.DEFER_FLUSH}, " if defer_flush else "") + (f"pre AS ({pre}), " if pre else "")
+    also = f", {adb.DEFER_FLUSH_NAME}" if defer_flush else ""
+    return f"""
+WITH {first}h AS (
     UPDATE {HOLD}
        SET status = 'settled', closed_at = %(now)s,
            captured_nanos = CASE WHEN %(actual)s::bigint < amount_nanos THEN %(actual)s::bigint
@@ -471,8 +485,11 @@ WITH h AS (
     RETURNING 1
 )
 SELECT h.captured_nanos, w.id, w.recharge_due, (SELECT count(*) FROM s), (SELECT count(*) FROM l)
-  FROM h, w
+  FROM h, w{also}
 """
+
+
+_SETTLE_CTE = _settle_sql()
 
 
 def _settle_one_statement(*, request_id: str, actual_nanos: int, description: str) -> int | None:
@@ -747,7 +764,16 @@ async def ahold_open(
 ) -> None:
     """:func:`hold_open` for async code, same contract. On PostgreSQL the opening statement
     runs on the loop (:mod:`config.adb`: no thread hop, prepared once per connection); elsewhere,
-    and for a refusal's explanation, in a worker thread."""
+    and for a refusal's explanation, in a worker thread.
+
+    On the loop the hold commits without waiting for the disk (:data:`config.adb.DEFER_FLUSH`),
+    so the wallet row is locked only while the statement runs. What a hold guards — that
+    concurrent calls never reserve more than the wallet has — rests on the commit being
+    visible, which it is at once. Durability follows with the call's settlement, which waits
+    for the disk (:func:`asettle`) and so flushes the hold before it. Only a PostgreSQL crash
+    within the flush delay (well under a second) can forget a hold, and then its reservation
+    with it; the call in flight cannot settle against that database anyway.
+    """
     if amount_nanos < 0:
         raise ValueError("amount_nanos must be >= 0")
     if not adb.enabled():
@@ -821,13 +847,9 @@ class Settled:
 
 @functools.cache
 def _settle_after(statement: str | None) -> adb.Statement:
-    """:data:`_SETTLE_CTE` for :mod:`config.adb`, with ``statement`` (data-modifying, named
-    parameters) run first in the same statement as the CTE ``pre``."""
-    if statement is None:
-        return adb.Statement.compile(_SETTLE_CTE)
-    return adb.Statement.compile(
-        _SETTLE_CTE.replace("WITH h AS (", f"WITH pre AS ({statement}), h AS (", 1)
-    )
+    """The settlement for :mod:`config.adb`, with ``statement`` (data-modifying, named
+    parameters) run first in the same statement, its commit not waiting for the disk."""
+    return adb.Statement.compile(_settle_sql(pre=statement, defer_flush=True))
 
 
 async def asettle(
@@ -840,7 +862,10 @@ async def asettle(
 ) -> Settled | None:
     """Settle ``request_id``'s **open** hold on ``conn`` with the single statement
     :func:`hold_settle` uses on PostgreSQL (see its contract), in autocommit: the statement is
-    its own transaction.
+    its own transaction. It returns once the settlement is on disk, like a synchronous commit,
+    but the wallet row is locked only while the statement runs, not while PostgreSQL flushes
+    (:func:`config.adb.flush`): calls of one organization do not queue behind each other's
+    disk writes.
 
     ``before`` is the caller's own write, ``(sql, params)`` with named parameters (e.g. the
     request-log row): it runs inside the same statement, so both commit together or neither
@@ -859,6 +884,9 @@ async def asettle(
     if before is not None:
         params.update(before[1])
     row = await adb.fetchrow(conn, _settle_after(before[0] if before is not None else None), params)
+    # The statement committed without waiting for the disk, so the wallet row's lock was held
+    # only while it ran; the caller answers only once the settlement is durable.
+    await adb.flush(conn)
     if row is None:
         return None
     return Settled(charged=int(row[0]), recharge_wallet_id=int(row[1]) if row[2] else None)

@@ -81,12 +81,14 @@ def count_round_trips(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Counter[s
     return reset
 
 
-def test_one_chat_call_costs_two_statements_and_one_redis_round_trip(
+def test_one_chat_call_costs_three_statements_and_one_redis_round_trip(
     issue_key, client_for, count_round_trips, settings, monkeypatch
 ):
-    """Steady state: the hold is one statement, the request log and the settlement one more;
-    Redis sees one round trip, the rate-limit counters with the key's confirmation (the key
-    itself comes from the process's memory: accounts.auth); the live push goes only to
+    """Steady state: the hold is one statement, the request log and the settlement one more,
+    then the wait for the disk (``config.adb.flush``: both commits are deferred so that the
+    wallet row is not locked while PostgreSQL writes to disk). Redis sees one round trip, the
+    rate-limit counters with the key's confirmation (the key itself comes from the process's
+    memory: accounts.auth); the live push goes only to
     organizations with a page open (none here). Beside these, a process re-reads the catalog
     version, vendor health and the page count at most once per their memo time (about a
     second; made long here so the count is exact). If this grows, the hot path grew: look at
@@ -103,7 +105,7 @@ def test_one_chat_call_costs_two_statements_and_one_redis_round_trip(
     _wait_for_background()
     counts = count_round_trips()
     assert resp.choices[0].message.content == "Echo: count me"
-    assert counts["postgresql"] == 2, counts
+    assert counts["postgresql"] == 3, counts
     assert counts["redis"] == 1, counts
     log = RequestLog.objects.get(request_id=resp.infrai["request_id"])
     entry = LedgerEntry.objects.get(request_id=log.request_id, kind=EntryKind.USAGE)
