@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -65,6 +66,8 @@ GATEWAY_CPU = 0
 LOAD_CPU = 1
 MASTER_KEY = "sk-bench-master-key-0123456789"
 STREAM_CHUNKS = 200
+RUN_NONCE = os.urandom(4).hex()  # embeddings inputs never repeat across runs either
+_CALLS = itertools.count()
 
 UPSTREAM_MODELS = {"bench-model": "bench-up", "bench-idle": "bench-idle-up"}
 EMBED_UPSTREAM = "bench-embed-up"
@@ -430,9 +433,13 @@ class Workload:
     # its holds and settlements, each held until its commit is on disk.
     tenants: int = 1
 
-    def body(self, target: Target) -> bytes:
+    def body(self, target: Target, call: int) -> bytes:
+        """The ``call``-th request body. Embeddings inputs differ per call (``call`` is unique
+        in the run), so that no target can answer them from a cache: infrai caches identical
+        deterministic requests, and every target must reach the upstream."""
         if self.embed:
-            return json.dumps({"model": target.embed_model, "input": "hello bench"}).encode()
+            text = f"hello bench {RUN_NONCE} {call}"
+            return json.dumps({"model": target.embed_model, "input": text}).encode()
         body: dict[str, Any] = {
             "model": target.chat_model,
             "messages": [{"role": "user", "content": "hello there"}],
@@ -454,7 +461,7 @@ async def run_batch(
     measure: bool,
 ) -> Result:
     url = target.base + work.path
-    body = work.body(target)
+    fixed = None if work.embed else work.body(target, 0)
     headers = [
         {**target.headers_for(i, work.tenants), "content-type": "application/json"}
         for i in range(work.tenants)
@@ -474,6 +481,7 @@ async def run_batch(
         t0 = time.perf_counter()
         sent += 1
         try:
+            body = fixed if fixed is not None else work.body(target, next(_CALLS))
             async with session.post(url, data=body, headers=headers[sent % len(headers)]) as resp:
                 if resp.status != 200:
                     text = await resp.text()

@@ -195,7 +195,9 @@ async def flush(conn: asyncpg.Connection) -> None:
     """Return once everything committed on ``conn`` so far (a :data:`DEFER_FLUSH` statement
     included) is on disk, as a synchronous commit would have: the server's
     ``synchronous_commit`` setting applies (off there, this does not wait either)."""
-    await execute(conn, _FLUSH, [])
+    # fetchval, not execute: asyncpg sends a statement without arguments through ``execute``
+    # as a simple query, parsed and planned by PostgreSQL every time; this one is prepared.
+    await conn.fetchval(_FLUSH.sql)
 
 
 async def close() -> None:

@@ -176,14 +176,14 @@ async def stream(
 ) -> AsyncIterator[VendorStream]:
     """Send one request and yield its answer unread; leaving the block closes the connection
     (a vendor still sending is cut off, so an abandoned stream stops costing)."""
+    headers = _headers(auth)
+    data: aiohttp.FormData | bytes | None = form
+    if json_body is not None:  # encoded by orjson (aiohttp's json= uses the standard library)
+        data = jsonio.dumps(json_body)
+        headers["content-type"] = "application/json"
     with errors.translate(target.vendor):
         response = await session().request(
-            method,
-            _url(target, path),
-            json=json_body,
-            data=form,
-            headers=_headers(auth),
-            timeout=_timeout(target),
+            method, _url(target, path), data=data, headers=headers, timeout=_timeout(target)
         )
     try:
         yield VendorStream(target, response)
