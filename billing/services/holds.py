@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,8 @@ from billing.services.ledger import (
 from config import adb
 from config.errors import InsufficientQuota
 from money.usd import nanos_to_usd_str
+
+log = logging.getLogger(__name__)
 
 WALLET = Wallet._meta.db_table
 HOLD = Hold._meta.db_table
@@ -886,7 +889,13 @@ async def asettle(
     row = await adb.fetchrow(conn, _settle_after(before[0] if before is not None else None), params)
     # The statement committed without waiting for the disk, so the wallet row's lock was held
     # only while it ran; the caller answers only once the settlement is durable.
-    await adb.flush(conn)
+    try:
+        await adb.flush(conn)
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        # Committed and visible; only the wait failed (the database is going away). Report
+        # what was done: settling again would find the hold closed, re-inserting ``before``
+        # would fail on its unique key.
+        log.warning("settlement of %s committed, its flush failed: %r", request_id, exc)
     if row is None:
         return None
     return Settled(charged=int(row[0]), recharge_wallet_id=int(row[1]) if row[2] else None)

@@ -225,3 +225,25 @@ def test_a_settlement_on_the_loop_that_crosses_the_threshold_asks_for_a_recharge
 
     assert asyncio.run(settle_and_wait()) is True
     assert asked == [wallet.pk]
+
+
+def test_a_flush_that_fails_after_the_settlement_committed_reports_it_settled(
+    issue_key, transactional_db, monkeypatch
+):
+    """Attack: the database drops the connection between the settlement's (deferred) commit
+    and the wait for the disk. The settlement stands and is reported as done, so nothing
+    settles it again or writes a second log row."""
+    from config import adb
+
+    async def broken_flush(conn: asyncpg.Connection) -> None:
+        raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle")
+
+    monkeypatch.setattr(adb, "flush", broken_flush)
+    key = issue_key(credit_usd="1")
+    row = _held_call(key, "req_loop_flush", 10_000)
+    assert _settle_on_loop(row, 700) is True
+    assert RequestLog.objects.filter(request_id="req_loop_flush").count() == 1
+    assert Hold.objects.get(request_id="req_loop_flush").status == HoldStatus.SETTLED
+    entry = LedgerEntry.objects.get(request_id="req_loop_flush", kind=EntryKind.USAGE)
+    assert entry.amount_nanos == -700
+    assert Wallet.objects.get(pk=entry.wallet_id).held_nanos == 0
