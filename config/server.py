@@ -15,6 +15,7 @@ and bills what each delivered; only then does uvicorn close connections and stop
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import os
 import socket
@@ -40,6 +41,25 @@ class DrainingServer(uvicorn.Server):
             await drain(grace_s=float(settings.INFRAI_DRAIN_S))
         await super().shutdown(sockets=sockets)
         await close_clients()
+
+
+# Young objects counted before the collector runs (CPython's default is 700). A call allocates
+# and frees thousands; at 700 the youngest generation is collected every ~30 calls.
+GC_YOUNG_THRESHOLD = 7_000
+
+
+def settle_the_heap() -> None:
+    """Move everything loaded so far (Django, the app, the catalog, tokenizers: several
+    hundred thousand objects that live as long as the process) out of the cyclic garbage
+    collector's sight (:func:`gc.freeze`), and collect the youngest generation less often.
+
+    Without it, each full collection walks all of them: a pause of ~80–100 ms on the event loop
+    (measured on the benchmark machine, about once per 5,000 calls), which every call in flight
+    waits out. Frozen, the same collection takes ~2.5 ms. Garbage cycles are still collected.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def build(host: str, port: int, *, log_level: str = "warning") -> DrainingServer:
@@ -75,7 +95,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
-    build(args.host, args.port, log_level=args.log_level).run()
+    server = build(args.host, args.port, log_level=args.log_level)
+    settle_the_heap()  # the process's own heap only: tests that build() in-process keep theirs
+    server.run()
 
 
 if __name__ == "__main__":
