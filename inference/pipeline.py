@@ -103,7 +103,9 @@ class Call:
     cost_nanos: int = 0
     cache_hit: bool = False
     ttft_ms: int | None = None
-    prompt: str = ""
+    # The prompt as the request log keeps it, made only for organizations that log prompts
+    # (a large body would cost its rendering on every call otherwise).
+    prompt: Callable[[], str] = lambda: ""
     finished: bool = False
     cached: dict[str, Any] | None = None  # who served the cached answer (cache hits)
     usage_so_far: Callable[[], Usage] | None = None  # set while streaming (shutdown billing)
@@ -406,7 +408,7 @@ class Call:
             failovers=self.failovers,
             routing=served["routing"],
             ignored_params=served["ignored_params"],
-            prompt=self.prompt if self.key.log_prompts else "",
+            prompt=self.prompt()[:20000] if self.key.log_prompts else "",
         )
 
     @asynccontextmanager

@@ -143,7 +143,7 @@ async def speech(request: ApiRequest) -> Response | StreamingResponse:
         expected=usage,
         worst_case=lambda _candidate: usage,
     )
-    call.prompt = str(parsed.payload["input"])
+    call.prompt = lambda: str(parsed.payload["input"])
     async with call.closed_on_failure():
         content_type, audio = await call.call(
             lambda adapter, target, _c: adapter.speech_stream(target, parsed.payload)

@@ -108,7 +108,7 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
     """The endpoint. See the module docstring."""
     chat = parse_chat_request(request.json())
     call = Call(request=request, endpoint=ENDPOINT, requested_model=chat.model, stream=chat.stream)
-    call.prompt = str(chat.payload["messages"])[:20000]
+    call.prompt = lambda: str(chat.payload["messages"])
     payload = dict(chat.payload)
     # Routing first: a request no model can take (limits, capabilities) is a 400, never a 429.
     await route_and_limit(call, chat)

@@ -202,7 +202,7 @@ async def generations(request: ApiRequest) -> Response:
         expected=worst,
         worst_case=lambda _candidate: worst,
     )
-    call.prompt = str(parsed.payload["prompt"])[:20000]
+    call.prompt = lambda: str(parsed.payload["prompt"])
     images = await metered.call_and_settle(
         call,
         lambda adapter, target, _c: generate(adapter, target, parsed),

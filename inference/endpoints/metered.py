@@ -176,7 +176,7 @@ async def call_cached(
             worst_case=lambda _candidate: worst,
             params=params,
         )
-        call.prompt = "\n".join(texts)[:20000]
+        call.prompt = lambda: "\n".join(texts)
         body = await call_and_settle(call, fn, usage_of)
         entry = {"body": body, "usage": dataclasses.asdict(call.usage), **call.served()}
         leader.done(entry)

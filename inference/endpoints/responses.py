@@ -56,7 +56,7 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
     parsed = parse_responses_request(request.json())
     chat = parsed.chat
     call = Call(request=request, endpoint=ENDPOINT, requested_model=chat.model, stream=chat.stream)
-    call.prompt = str(chat.payload["messages"])[:20000]
+    call.prompt = lambda: str(chat.payload["messages"])
     payload = {k: v for k, v in chat.payload.items() if k != "max_tokens" or v is not None}
     try:  # routing first: a request no model can take is a 400 (param as Responses names it)
         await route_and_limit(call, chat)
