@@ -76,8 +76,14 @@ class LedgerEntry(models.Model):
     amount_nanos = models.BigIntegerField(help_text="Signed: credits > 0, debits < 0.")
     balance_after_nanos = models.BigIntegerField()
     idempotency_key = models.CharField(max_length=128)  # unique: Meta.constraints
-    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL)
-    api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL)
+    # Who the entry is attributed to. No database constraint (Django still nulls them when the
+    # row is deleted): each would be checked, and its row share-locked, on every settlement.
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.SET_NULL, db_constraint=False
+    )
+    api_key = models.ForeignKey(
+        ApiKey, null=True, blank=True, on_delete=models.SET_NULL, db_constraint=False
+    )
     request_id = models.CharField(max_length=40, blank=True)  # indexed: Meta.indexes
     external_ref = models.CharField(
         max_length=64, blank=True, help_text="Stripe object (charge, session …)."
@@ -117,8 +123,13 @@ class Hold(models.Model):
     """A reservation of the worst-case cost of one call (see :mod:`billing.services.holds`)."""
 
     wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="holds")
-    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL)
-    api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL)
+    # Attribution without a database constraint, as on LedgerEntry (checked on every hold).
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.SET_NULL, db_constraint=False
+    )
+    api_key = models.ForeignKey(
+        ApiKey, null=True, blank=True, on_delete=models.SET_NULL, db_constraint=False
+    )
     request_id = models.CharField(max_length=40)  # unique: Meta.constraints
     amount_nanos = models.BigIntegerField()
     captured_nanos = models.BigIntegerField(null=True, blank=True)

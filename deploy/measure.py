@@ -7,8 +7,9 @@
    client libraries over N sequential non-streamed chat calls.
 2. **PostgreSQL alone** (``--db-clients 1,2,4``): processes that each repeat only the database
    work of a call — open the hold, then write the request-log row and settle it in one
-   statement and wait for the disk, as :mod:`inference.pipeline` does — each for its own organization, for S/2
-   seconds; calls/s and the CPU the PostgreSQL backends used (cores busy).
+   statement and wait for the disk, as :mod:`inference.pipeline` does — each for its own
+   organization, for S/2 seconds; calls/s and the CPU the PostgreSQL backends used (cores
+   busy).
 3. **The topology under load** (``scripts/cluster.sh`` without the GPU backend: nginx and two
    web processes): non-streamed chat calls at concurrency C for S seconds, to one web process
    directly and then through nginx to both; calls/s, latency, and the CPU each side spent per

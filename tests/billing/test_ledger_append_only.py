@@ -55,6 +55,24 @@ def test_references_may_only_be_set_to_null(entry):
     assert (entry.project_id, entry.api_key_id, entry.amount_nanos) == (None, None, -USD)
 
 
+def test_deleting_a_key_and_its_project_nulls_their_attribution(entry):
+    """Holds and ledger entries name their project and key without a database constraint
+    (none is checked on the call path); deleting either through Django still nulls the
+    reference, and the money stays."""
+    from accounts.models import ApiKey, Project
+    from billing.models import Hold
+
+    hold = Hold.objects.get(request_id="req_a")
+    assert (entry.project_id, entry.api_key_id) == (hold.project_id, hold.api_key_id)
+    assert entry.api_key_id is not None and entry.project_id is not None
+    ApiKey.objects.filter(pk=entry.api_key_id).delete()
+    Project.objects.filter(pk=entry.project_id).delete()
+    entry.refresh_from_db()
+    hold.refresh_from_db()
+    assert (entry.project_id, entry.api_key_id, entry.amount_nanos) == (None, None, -USD)
+    assert (hold.project_id, hold.api_key_id, hold.captured_nanos) == (None, None, USD)
+
+
 def test_delete_is_refused(entry):
     # SQLite: Django's test runner empties tables with DELETE, so no trigger refuses it there.
     postgres_only("the ledger's DELETE trigger")
