@@ -31,6 +31,16 @@ def dumps(value: Any) -> bytes:
         return text.encode("utf-8", "replace")
 
 
+def canonical(value: Any) -> bytes:
+    """``value`` as compact UTF-8 JSON with every object's keys sorted: the same bytes for
+    equal values (cache keys). Falls back to the standard library as :func:`dumps` does."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+        return text.encode("utf-8", "replace")
+
+
 def loads(data: bytes | str) -> Any:
     """The JSON value in ``data`` (``ValueError`` when it is not JSON)."""
     try:

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from typing import Any
 
-from config import fastcache
+from config import fastcache, jsonio
 
 # How long an identical request waits for the one in flight before calling the vendor itself.
 WAIT_S = 30.0
@@ -33,10 +32,8 @@ _IGNORED = {"stream", "stream_options", "user"}
 def cache_key(*, organization_id: int, endpoint: str, payload: dict[str, Any], extra: Any) -> str:
     """The cache key of a request (hex digest; nothing of the prompt is readable in it)."""
     shaped = {k: v for k, v in payload.items() if k not in _IGNORED}
-    canonical = json.dumps(
-        [organization_id, endpoint, shaped, extra], sort_keys=True, separators=(",", ":")
-    )
-    return "rc:" + hashlib.sha256(canonical.encode()).hexdigest()
+    canonical = jsonio.canonical([organization_id, endpoint, shaped, extra])
+    return "rc:" + hashlib.sha256(canonical).hexdigest()
 
 
 # Who served a cached answer, as :meth:`inference.pipeline.Call.served` reports it.
