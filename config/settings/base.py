@@ -182,8 +182,11 @@ INFRAI_MAX_STREAM_S = env.float("INFRAI_MAX_STREAM_S", default=1800.0)
 # ended with an error event and billed for what they delivered.
 INFRAI_DRAIN_S = env.float("INFRAI_DRAIN_S", default=20.0)
 # PostgreSQL connections per web process for the /v1 hot path's own statements (hold, log and
-# settle: config/adb.py), beside Django's pool for everything else.
-INFRAI_ASYNC_DB_POOL_SIZE = env.int("INFRAI_ASYNC_DB_POOL_SIZE", default=16)
+# settle: config/adb.py), beside Django's pool for everything else. A call holds one for about
+# a millisecond per statement, so 8 carry a process's ~1,000 calls/s with room to spare; more
+# backends than cores only add lock and scheduling contention inside PostgreSQL (16 cost more
+# PostgreSQL CPU per call than 4 or 8 in bench/compare.py) and use up max_connections.
+INFRAI_ASYNC_DB_POOL_SIZE = env.int("INFRAI_ASYNC_DB_POOL_SIZE", default=8)
 
 # --- catalog and routing ----------------------------------------------------------------------
 # How often a process checks the shared catalog version, and rebuilds its snapshot at the latest.
