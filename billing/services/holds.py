@@ -68,8 +68,11 @@ How a caller uses it (one call = one ``request_id``)::
    hold's ``captured_nanos`` is what was charged.
 
 Async callers use :func:`ahold_open` / :func:`ahold_settle` / :func:`aholds_renew` (same
-contract; the database work runs in a worker thread, never on the event loop). Amounts are
-integer nano-USD.
+contract). On PostgreSQL the request path opens and settles on the event loop
+(:func:`ahold_open`, :func:`asettle`, over :mod:`config.adb`), committing without waiting for
+the disk so that the wallet row is locked only while a statement runs; :func:`asettle` then
+waits for the disk before it returns. Everything else runs the ORM in a worker thread, never on
+the event loop. Amounts are integer nano-USD.
 """
 
 from __future__ import annotations
@@ -444,8 +447,9 @@ def _claim(*, request_id: str, actual_nanos: int, from_status: HoldStatus) -> _C
 
 def _settle_sql(*, pre: str | None = None, defer_flush: bool = False) -> str:
     """The open-hold settlement as one statement; ``pre`` (data-modifying SQL, named
-    parameters) runs first inside it, and ``defer_flush`` makes its commit not wait for the
-    disk (:data:`config.adb.DEFER_FLUSH`; :func:`asettle` waits with :func:`config.adb.flush`)."""
+    parameters) is written by the same statement, and ``defer_flush`` makes its commit not wait
+    for the disk (:data:`config.adb.DEFER_FLUSH`; :func:`asettle` waits with
+    :func:`config.adb.flush`)."""
     first = (f"{adb.DEFER_FLUSH}, " if defer_flush else "") + (f"pre AS ({pre}), " if pre else "")
     also = f", {adb.DEFER_FLUSH_NAME}" if defer_flush else ""
     return f"""
