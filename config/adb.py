@@ -1,13 +1,14 @@
 """The ``/v1`` hot path's own PostgreSQL access: an asyncpg pool per event loop.
 
 Django's ORM is synchronous: every ORM call from the event loop is a hop onto a worker thread,
-plus Django's connection handling and query compilation. The two statements every metered call
-makes (open the hold; write the request log and settle) run here instead, on the loop, as raw
-SQL on pooled connections in autocommit (a statement outside :func:`transaction` is its own
-transaction). asyncpg speaks PostgreSQL's binary protocol from C and prepares every statement
-once per connection (its statement cache), so a call costs PostgreSQL no parse or plan and the
-gateway a few tens of microseconds of Python per statement (psycopg's async cursor cost about
-five times that: query conversion, adaptation and its wait loop).
+plus Django's connection handling and query compilation. The statements every metered call
+makes (open the hold; write the request log and settle; wait for the disk: :func:`flush`) run
+here instead, on the loop, as raw SQL on pooled connections in autocommit (a statement outside
+:func:`transaction` is its own transaction). asyncpg speaks PostgreSQL's binary protocol from
+C and prepares every statement once per connection (its statement cache), so a call costs
+PostgreSQL no parse or plan and the gateway a few tens of microseconds of Python per statement
+(psycopg's async cursor cost about five times that: query conversion, adaptation and its wait
+loop).
 
 Statements are written once with psycopg's named placeholders (``%(name)s``, shared with the
 ORM-side code that runs the same SQL through Django's cursor) and compiled here to asyncpg's
