@@ -429,8 +429,8 @@ class Workload:
     concurrency: int
     calls: int
     embed: bool = False
-    # Organizations (wallets) the calls are spread over: one wallet's row lock serializes
-    # its holds and settlements, each held until its commit is on disk.
+    # Organizations (wallets) the calls are spread over: one organization's holds and
+    # settlements take turns on its wallet row.
     tenants: int = 1
 
     def body(self, target: Target, call: int) -> bytes:

@@ -189,7 +189,7 @@ DEFER_FLUSH = f"{DEFER_FLUSH_NAME} AS (SELECT set_config('synchronous_commit', '
 # up to this commit, which covers every commit before it. (A transaction that writes nothing is
 # never flushed, whatever synchronous_commit says; a logical-decoding message is the smallest
 # write, touches no table and takes no lock.)
-_FLUSH = Statement.compile("SELECT pg_logical_emit_message(true, 'infrai', 'flush')")
+_FLUSH = "SELECT pg_logical_emit_message(true, 'infrai', 'flush')"
 
 
 async def flush(conn: asyncpg.Connection) -> None:
@@ -198,7 +198,7 @@ async def flush(conn: asyncpg.Connection) -> None:
     ``synchronous_commit`` setting applies (off there, this does not wait either)."""
     # fetchval, not execute: asyncpg sends a statement without arguments through ``execute``
     # as a simple query, parsed and planned by PostgreSQL every time; this one is prepared.
-    await conn.fetchval(_FLUSH.sql)
+    await conn.fetchval(_FLUSH)
 
 
 async def close() -> None:

@@ -106,7 +106,7 @@ def encode(value: Any) -> str:
     return jsonio.dumps(value).decode()
 
 
-def decode(raw: str) -> Any:
+def decode(raw: str | bytes) -> Any:
     """A stored value (:func:`config.jsonio.loads`: orjson, several times faster on large ones
     such as cached embeddings, with the standard library's answer for what orjson refuses)."""
     return jsonio.loads(raw)
@@ -206,7 +206,7 @@ def get_sync(key: str) -> Any:
     if not _redis_url():
         return _memory.get(key)
     raw = _sclient().get(_prefix() + key)
-    return None if raw is None else decode(raw)  # type: ignore[arg-type]
+    return None if raw is None else decode(raw)
 
 
 def set_sync(key: str, value: Any, ttl_s: float | None) -> None:

@@ -22,23 +22,18 @@ from typing import Any
 import orjson
 
 
-def dumps(value: Any) -> bytes:
-    """``value`` as compact UTF-8 JSON."""
+def dumps(value: Any, *, sort_keys: bool = False) -> bytes:
+    """``value`` as compact UTF-8 JSON (every object's keys sorted with ``sort_keys``)."""
     try:
-        return orjson.dumps(value)
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None)
     except (TypeError, orjson.JSONEncodeError):
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys)
         return text.encode("utf-8", "replace")
 
 
 def canonical(value: Any) -> bytes:
-    """``value`` as compact UTF-8 JSON with every object's keys sorted: the same bytes for
-    equal values (cache keys). Falls back to the standard library as :func:`dumps` does."""
-    try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    except (TypeError, orjson.JSONEncodeError):
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
-        return text.encode("utf-8", "replace")
+    """The same bytes for equal values, whatever their keys' order (cache keys)."""
+    return dumps(value, sort_keys=True)
 
 
 def loads(data: bytes | str) -> Any:
