@@ -14,16 +14,16 @@ $(STAMP): $(INSTALL_INPUTS)
 
 install: $(STAMP)
 
-## Serve the platform on embedded defaults (SQLite, in-memory layers) with the local models.
+## Serve the platform as production runs it (config.supervisor: PostgreSQL and Redis of its own
+## unless DATABASE_URL / REDIS_URL are set, the web process, a Celery worker and beat, the GPU
+## backend with the local models) until Ctrl-C.
 run: install
 	PORT=$(PORT) GPU_PORT=$(GPU_PORT) bash scripts/run.sh
 
-## Lint, type-check and run the whole suite.
+## Lint, type-check and run the whole suite (on a throw-away PostgreSQL and Redis of its own
+## unless DATABASE_URL / REDIS_URL are set).
 test: install
 	bash scripts/install_test_tools.sh
-	$(PY) -m ruff check .
-	$(PY) -m ruff format --check .
-	$(PY) -m mypy accounts billing catalog config dashboard inference management money vectors gpu_backend
 	bash scripts/test.sh
 
 ## The gateway beside LiteLLM and direct in one run, then idle streams' memory and daphne

@@ -345,8 +345,7 @@ def audit_findings() -> AuditReport:
         _run(report)  # inside the caller's transaction (and its snapshot, if any)
         return report
     with transaction.atomic():
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cur:
-                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        with connection.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         _run(report)
     return report

@@ -65,7 +65,7 @@ class EntryKind(models.TextChoices):
 
 class LedgerEntry(models.Model):
     """An append-only balance change. Never updated, deleted or truncated: a PostgreSQL trigger
-    refuses all three (SQLite: updates), except the nulling of ``project``/``api_key``/
+    refuses all three, except the nulling of ``project``/``api_key``/
     ``created_by`` when those rows are deleted (migration 0003)."""
 
     # Indexed by (wallet, -id) below, which also serves lookups by wallet alone.

@@ -1,17 +1,15 @@
-"""A small async key-value store for the ``/v1`` hot path: Redis when configured, else memory.
+"""A small async key-value store for the ``/v1`` hot path, on Redis.
 
 Django's cache API runs its async methods on the one thread-sensitive executor thread, so each
 call would queue behind every other sync call of the process. This store talks to Redis through
 :mod:`config.resp` (one pipelined connection per event loop, a fraction of redis-py's CPU per
 round trip) and shares keys with the sync helpers below (redis-py; used by revocation in the
 admin/dashboard), so every process sees the same state.
-Values are JSON. In the embedded default (no ``REDIS_URL``) it is a process-local dict.
+Values are JSON.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
 import redis
@@ -24,63 +22,12 @@ def _prefix() -> str:
     return settings.INFRAI_CACHE_PREFIX + ":fc:"
 
 
-class _Memory:
-    def __init__(self) -> None:
-        self._data: dict[str, tuple[float, Any]] = {}
-        self._lock = threading.Lock()
-
-    def _live(self, key: str, now: float) -> Any:
-        item = self._data.get(key)
-        if item is None:
-            return None
-        if item[0] <= now:
-            del self._data[key]
-            return None
-        return item[1]
-
-    def get(self, key: str) -> Any:
-        with self._lock:
-            return self._live(key, time.monotonic())
-
-    def set(self, key: str, value: Any, ttl_s: float) -> None:
-        with self._lock:
-            self._data[key] = (time.monotonic() + ttl_s, value)
-
-    def add(self, key: str, value: Any, ttl_s: float) -> bool:
-        with self._lock:
-            now = time.monotonic()
-            if self._live(key, now) is not None:
-                return False
-            self._data[key] = (now + ttl_s, value)
-            return True
-
-    def delete(self, key: str) -> None:
-        with self._lock:
-            self._data.pop(key, None)
-
-    def incr(self, key: str, amount: int, ttl_s: float) -> int:
-        with self._lock:
-            now = time.monotonic()
-            current = self._live(key, now)
-            if current is None:
-                self._data[key] = (now + ttl_s, amount)
-                return amount
-            expires = self._data[key][0]
-            self._data[key] = (expires, current + amount)
-            return int(current + amount)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-
-
-_memory = _Memory()
 _async_client: resp.Client | None = None
 _sync_client: redis.Redis | None = None
 
 
 def _redis_url() -> str:
-    return str(settings.REDIS_URL or "")
+    return str(settings.REDIS_URL)
 
 
 def _aclient() -> resp.Client:
@@ -114,8 +61,6 @@ def decode(raw: str | bytes) -> Any:
 
 async def get(key: str) -> Any:
     """The JSON value at ``key`` or None."""
-    if not _redis_url():
-        return _memory.get(key)
     (raw,) = await _aclient().execute(("GET", _prefix() + key))
     return None if raw is None else decode(raw)
 
@@ -123,25 +68,17 @@ async def get(key: str) -> Any:
 async def get_raw(key: str) -> str | None:
     """The value at ``key`` as stored (:func:`encode`d JSON text), or None: for callers that
     compare it with a copy they keep before paying for a parse."""
-    if not _redis_url():
-        value = _memory.get(key)
-        return None if value is None else encode(value)
     (raw,) = await _aclient().execute(("GET", _prefix() + key))
     return raw  # type: ignore[no-any-return]
 
 
 async def set(key: str, value: Any, ttl_s: float) -> None:
     """Store ``value`` (JSON-able) for ``ttl_s`` seconds."""
-    if not _redis_url():
-        _memory.set(key, value, ttl_s)
-        return
     await _aclient().execute(("SET", _prefix() + key, encode(value), "EX", max(int(ttl_s), 1)))
 
 
 async def add(key: str, value: Any, ttl_s: float) -> bool:
     """Store only if absent; True when this call stored it (``SET NX``)."""
-    if not _redis_url():
-        return _memory.add(key, value, ttl_s)
     (stored,) = await _aclient().execute(
         ("SET", _prefix() + key, encode(value), "EX", max(int(ttl_s), 1), "NX")
     )
@@ -150,9 +87,6 @@ async def add(key: str, value: Any, ttl_s: float) -> bool:
 
 async def delete(key: str) -> None:
     """Remove ``key``."""
-    if not _redis_url():
-        _memory.delete(key)
-        return
     await _aclient().execute(("DEL", _prefix() + key))
 
 
@@ -160,19 +94,12 @@ async def get_many(keys: list[str]) -> dict[str, Any]:
     """The JSON values of ``keys`` that exist, in one round trip (``MGET``)."""
     if not keys:
         return {}
-    if not _redis_url():
-        found = {key: _memory.get(key) for key in keys}
-        return {k: v for k, v in found.items() if v is not None}
     (raws,) = await _aclient().execute(("MGET", *[_prefix() + key for key in keys]))
     return {key: decode(raw) for key, raw in zip(keys, raws, strict=True) if raw is not None}
 
 
 async def delete_many(keys: list[str]) -> None:
     """Remove ``keys`` in one round trip."""
-    if not _redis_url():
-        for key in keys:
-            _memory.delete(key)
-        return
     if keys:
         await _aclient().execute(("DEL", *[_prefix() + key for key in keys]))
 
@@ -187,9 +114,6 @@ async def get_raw_and_incr_many(
 ) -> tuple[str | None, list[int]]:
     """:func:`get_raw` of ``key`` (None when ``key`` is None) and :func:`incr_many` of
     ``items``, in one round trip."""
-    if not _redis_url():
-        raw = None if key is None else await get_raw(key)
-        return raw, [_memory.incr(name, amount, ttl_s) for name, amount in items]
     ttl = max(int(ttl_s), 1)
     commands: list[resp.Command] = [] if key is None else [("GET", _prefix() + key)]
     for name, amount in items:
@@ -203,34 +127,24 @@ async def get_raw_and_incr_many(
 
 def get_sync(key: str) -> Any:
     """:func:`get` for sync code."""
-    if not _redis_url():
-        return _memory.get(key)
     raw = _sclient().get(_prefix() + key)
     return None if raw is None else decode(raw)
 
 
 def set_sync(key: str, value: Any, ttl_s: float | None) -> None:
     """:func:`set` for sync code; ``ttl_s=None`` keeps the value until it is replaced."""
-    if not _redis_url():
-        _memory.set(key, value, ttl_s if ttl_s is not None else 10**9)
-        return
     ex = max(int(ttl_s), 1) if ttl_s is not None else None
     _sclient().set(_prefix() + key, encode(value), ex=ex)
 
 
 def add_sync(key: str, value: Any, ttl_s: float | None) -> bool:
     """:func:`add` for sync code."""
-    if not _redis_url():
-        return _memory.add(key, value, ttl_s if ttl_s is not None else 10**9)
     ex = max(int(ttl_s), 1) if ttl_s is not None else None
     return bool(_sclient().set(_prefix() + key, encode(value), ex=ex, nx=True))
 
 
 def delete_sync(key: str) -> None:
     """:func:`delete` for sync code (admin, dashboard, management commands)."""
-    if not _redis_url():
-        _memory.delete(key)
-        return
     _sclient().delete(_prefix() + key)
 
 
@@ -243,9 +157,6 @@ def clear_sync() -> None:
     """Remove every key of this store (tests)."""
     global generation
     generation += 1
-    if not _redis_url():
-        _memory.clear()
-        return
     client = _sclient()
     for key in client.scan_iter(_prefix() + "*", count=1000):
         client.delete(key)

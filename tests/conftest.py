@@ -30,8 +30,6 @@ def _no_stray_connections(django_db_setup: None, django_db_blocker: object) -> I
     yield
     from django.db import connection
 
-    if connection.vendor != "postgresql":
-        return
     with django_db_blocker.unblock(), connection.cursor() as cur:  # type: ignore[attr-defined]
         cur.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"

@@ -22,7 +22,6 @@ from typing import TypeVar
 from urllib.parse import quote
 
 import httpx
-import pytest
 from django.conf import settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,14 +66,6 @@ def shared_database_url() -> str:
         auth += ":" + quote(db["PASSWORD"])
     host, port = db.get("HOST") or "127.0.0.1", db.get("PORT") or 5432
     return f"postgres://{auth}@{host}:{port}/{db['NAME']}"
-
-
-# A second process sees the test's rows and cache only through PostgreSQL and Redis.
-needs_shared_stores = pytest.mark.skipif(
-    not os.environ.get("DATABASE_URL", "").startswith("postgres")
-    or not os.environ.get("REDIS_URL"),
-    reason="a second process shares the test database and Redis only on PostgreSQL + Redis",
-)
 
 
 def server_process(**env: str) -> tuple[subprocess.Popen[bytes], str]:

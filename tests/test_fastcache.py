@@ -17,7 +17,6 @@ from config import fastcache, resp
 
 T = TypeVar("T")
 
-pytestmark = pytest.mark.skipif(not settings.REDIS_URL, reason="the client serves Redis only")
 
 
 @pytest.fixture(params=["asyncio", "uvloop"])

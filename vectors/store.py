@@ -3,7 +3,7 @@
 Two engines implement :class:`VectorStore`:
 
 - :mod:`vectors.engines.embedded` (``INFRAI_VECTOR_ENGINE=embedded``, the default): vectors in
-  the application's own database (SQLite for ``make run``), exact cosine search in numpy —
+  the application's own database, exact cosine search in numpy —
   recall 1.0, fit for collections up to a few hundred thousand vectors per process.
 - :mod:`vectors.engines.pgvector` (``INFRAI_VECTOR_ENGINE=pgvector``): PostgreSQL with the
   pgvector extension (``INFRAI_VECTOR_PG_URL``, by default the platform's database); an HNSW

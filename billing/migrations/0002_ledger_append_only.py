@@ -32,17 +32,7 @@ DROP FUNCTION IF EXISTS billing_ledger_append_only();
 """
 
 
-def forward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(FORWARD, params=None)
-
-
-def backward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(BACKWARD, params=None)
-
-
 class Migration(migrations.Migration):
     dependencies = [("billing", "0001_initial")]
 
-    operations = [migrations.RunPython(forward, backward)]
+    operations = [migrations.RunSQL(FORWARD, BACKWARD)]

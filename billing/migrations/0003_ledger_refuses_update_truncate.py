@@ -1,6 +1,6 @@
 """The ledger refuses every UPDATE, DELETE and TRUNCATE (replaces 0002's narrower trigger).
 
-PostgreSQL: one trigger function for all three.
+One trigger function for all three.
 
 - UPDATE: refused unless the only change is a reference set to NULL (``project_id``,
   ``api_key_id``, ``created_by_id``): that is what Django's ``on_delete=SET_NULL`` writes when a
@@ -12,10 +12,6 @@ PostgreSQL: one trigger function for all three.
   can disable triggers anyway, so a trigger cannot stop it; the exemption lets Django's test
   runner empty its throw-away database (it uses TRUNCATE). The app's production role must
   neither own the ledger nor hold TRUNCATE on it: see "Database roles" in docs/billing.md.
-
-SQLite (development): triggers refuse the same UPDATEs. DELETE cannot be refused there — Django
-empties tables between transactional tests with ``DELETE`` — and SQLite has no TRUNCATE. A later
-migration that rebuilds the ledger table on SQLite drops these triggers: recreate them there.
 """
 
 from django.db import migrations
@@ -68,49 +64,7 @@ BEGIN
 END $$ LANGUAGE plpgsql;
 """
 
-_UNCHANGED = (
-    "id",
-    "wallet_id",
-    "kind",
-    "amount_nanos",
-    "balance_after_nanos",
-    "idempotency_key",
-    "request_id",
-    "external_ref",
-    "description",
-    "created_at",
-)
-_NULLABLE_REFS = ("project_id", "api_key_id", "created_by_id")
-
-SQLITE_FORWARD = (
-    "CREATE TRIGGER IF NOT EXISTS billing_ledger_no_update BEFORE UPDATE ON billing_ledgerentry"
-    " WHEN "
-    + " OR ".join(
-        [f"NEW.{c} IS NOT OLD.{c}" for c in _UNCHANGED]
-        + [f"(NEW.{c} IS NOT NULL AND NEW.{c} IS NOT OLD.{c})" for c in _NULLABLE_REFS]
-    )
-    + " BEGIN SELECT RAISE(ABORT, 'billing_ledgerentry is append-only (update)'); END"
-)
-SQLITE_BACKWARD = "DROP TRIGGER IF EXISTS billing_ledger_no_update"
-
-
-def forward(apps, schema_editor):
-    vendor = schema_editor.connection.vendor
-    if vendor == "postgresql":
-        schema_editor.execute(PG_FORWARD, params=None)
-    elif vendor == "sqlite":
-        schema_editor.execute(SQLITE_FORWARD, params=None)
-
-
-def backward(apps, schema_editor):
-    vendor = schema_editor.connection.vendor
-    if vendor == "postgresql":
-        schema_editor.execute(PG_BACKWARD, params=None)
-    elif vendor == "sqlite":
-        schema_editor.execute(SQLITE_BACKWARD, params=None)
-
-
 class Migration(migrations.Migration):
     dependencies = [("billing", "0002_ledger_append_only")]
 
-    operations = [migrations.RunPython(forward, backward)]
+    operations = [migrations.RunSQL(PG_FORWARD, PG_BACKWARD)]

@@ -1,8 +1,8 @@
 """Settings shared by every environment.
 
-Every value is read from the environment through the one ``env`` below, with embedded defaults
-that need no services (SQLite, in-memory channel layer, local-memory cache, eager Celery).
-Setting ``DATABASE_URL`` / ``REDIS_URL`` switches to PostgreSQL / Redis.
+Every value is read from the environment through the one ``env`` below. PostgreSQL and Redis are
+required everywhere, as in production: ``DATABASE_URL`` / ``REDIS_URL``, or the data directory's
+own servers (:mod:`config.services`) while they run.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
+
+from config import services
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 env = environ.Env()
@@ -71,44 +74,50 @@ TEMPLATES = [
     },
 ]
 
-DATA_DIR = Path(env("INFRAI_DATA_DIR", default=str(BASE_DIR / "var")))
+DATA_DIR = services.data_dir()
 
-DATABASES = {
-    "default": env.db("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'infrai.sqlite3'}"),
+# PostgreSQL and Redis, the only database and cache infrai runs on: DATABASE_URL / REDIS_URL,
+# else the data directory's own servers while they run (config.services: `make run`,
+# `make test` and manage.py start them).
+_own = services.own_urls(DATA_DIR)
+DATABASE_URL = env("DATABASE_URL", default=_own.get("DATABASE_URL", ""))
+REDIS_URL = env("REDIS_URL", default=_own.get("REDIS_URL", ""))
+if not DATABASE_URL or not REDIS_URL:
+    raise ImproperlyConfigured(
+        "No PostgreSQL or Redis: set DATABASE_URL and REDIS_URL, or run this under infrai's own "
+        "servers (`make run`, or `.venv/bin/python -m config.services run -- COMMAND`)."
+    )
+DATABASES = {"default": env.db_url_config(DATABASE_URL)}
+if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL (postgres://…)")
+DATABASES["default"]["CONN_MAX_AGE"] = 0
+DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+    "min_size": 1,
+    "max_size": 16,
+    "timeout": 10,
 }
-DATABASES["default"].setdefault("OPTIONS", {})
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"]["OPTIONS"]["pool"] = {"min_size": 1, "max_size": 16, "timeout": 10}
-else:
-    DATABASES["default"]["OPTIONS"].update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
 
-REDIS_URL = env("REDIS_URL", default="")
-# Prefix of every key infrai keeps in the cache/Redis (and of its channel-layer groups).
+# Prefix of every key infrai keeps in Redis (and of its channel-layer groups).
 INFRAI_CACHE_PREFIX = env("INFRAI_CACHE_PREFIX", default="infrai")
-if REDIS_URL:
-    CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": REDIS_URL,
-            "KEY_PREFIX": INFRAI_CACHE_PREFIX,
-        }
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": INFRAI_CACHE_PREFIX,
     }
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": INFRAI_CACHE_PREFIX},
-        }
+}
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": INFRAI_CACHE_PREFIX},
     }
-else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+}
 
-CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL or "memory://")
-CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=not REDIS_URL)
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL)
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TIMEZONE = "UTC"
 

@@ -1,4 +1,4 @@
-"""Local development: the embedded defaults of ``base`` plus DEBUG.
+"""Local development (`make run`): ``base`` plus DEBUG.
 
 Without ``DJANGO_SECRET_KEY`` the instance uses a key of its own, generated into its data
 directory on first start (``var/secret_key``, mode 0600), never the constant in the

@@ -110,10 +110,6 @@ def test_revocation_in_another_process_is_seen_at_once(settings):
 
     from tests.live import shared_database_url
 
-    if not settings.REDIS_URL or settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-        pytest.skip(
-            "needs Redis (the shared store) and PostgreSQL (a database two processes share)"
-        )
     org = organization_create(name="Acme")
     api_key, raw = api_key_create(project=project_create(organization=org, name="p"))
     auth(f"Bearer {raw}")  # cached here

@@ -25,11 +25,10 @@ from billing.services import holds_expire
 from inference.models import RequestLog, RequestStatus
 from inference.tasks import log_abandoned_calls
 from tests.inference.test_money_faults import assert_settled_once
-from tests.live import needs_shared_stores, server_process, wait_for
+from tests.live import server_process, wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    needs_shared_stores,
 ]
 
 WORDS = " ".join(f"w{i}" for i in range(30))

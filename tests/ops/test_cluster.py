@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -64,15 +63,6 @@ HI = [{"role": "user", "content": "hello there"}]
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        not os.environ.get("DATABASE_URL", "").startswith("postgres")
-        or not os.environ.get("REDIS_URL"),
-        reason="the topology shares the test database and Redis only on PostgreSQL + Redis",
-    ),
-    pytest.mark.skipif(
-        shutil.which("nginx") is None and not os.environ.get("INFRAI_REQUIRE_SERVICES"),
-        reason="nginx is not installed (scripts/install_test_tools.sh installs it)",
-    ),
 ]
 
 

@@ -15,11 +15,10 @@ import openai
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.live import needs_shared_stores, server_process
+from tests.live import server_process
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    needs_shared_stores,
 ]
 
 

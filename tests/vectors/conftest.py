@@ -14,6 +14,7 @@ import re
 import tempfile
 from collections.abc import Iterator
 from importlib import import_module
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from aiohttp import web
 from django.apps import apps as django_apps
 
 from catalog.documents import catalog_load
+from config.services import LocalServices
 from tests.dashboard.conftest import make_org, make_user, member_client  # noqa: F401
 from tests.fakes.vendors import FakeVendor
 from tests.inference.conftest import (  # noqa: F401  (fixtures)
@@ -117,17 +119,11 @@ def words(
 
 @pytest.fixture(scope="session")
 def pgvector_url() -> Iterator[str]:
-    """A PostgreSQL with pgvector of its own (pgserver); skipped only if it cannot start."""
-    try:
-        import pgserver
-    except ImportError:
-        pytest.skip("pgserver is not installed (pip install -e .[dev])")
+    """A PostgreSQL with pgvector of its own (config.services; the suite's database may be one
+    without the extension, such as CI's)."""
     with tempfile.TemporaryDirectory(prefix="infrai-pgvector-") as data:
+        services = LocalServices(Path(data), throwaway=True)
         try:
-            server = pgserver.get_server(data, cleanup_mode="stop")
-        except Exception as exc:  # pragma: no cover - depends on the machine
-            pytest.skip(f"pgserver could not start a PostgreSQL here: {exc}")
-        try:
-            yield server.get_uri()
+            yield services.start()["DATABASE_URL"]
         finally:
-            server.cleanup()
+            services.stop()
