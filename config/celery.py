@@ -9,6 +9,7 @@ from importlib import import_module
 from typing import Any
 
 from celery import Celery
+from celery.signals import beat_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
@@ -24,3 +25,15 @@ def _merge_beat_schedules(sender: Celery, **kwargs: Any) -> None:
     for name in SCHEDULE_MODULES:
         module = import_module(name)  # each exists: a misspelt name fails the start, loudly
         sender.conf.beat_schedule.update(getattr(module, "BEAT_SCHEDULE", {}))
+
+
+@worker_ready.connect
+def _say_worker_ready(sender: Any = None, **kwargs: Any) -> None:
+    """One line once the worker consumes tasks (``make run`` prints its readiness from it)."""
+    print(f"worker ready ({getattr(sender, 'hostname', 'celery')})", flush=True)
+
+
+@beat_init.connect
+def _say_beat_ready(sender: Any = None, **kwargs: Any) -> None:
+    """One line once beat schedules (``make run`` prints its readiness from it)."""
+    print("beat ready", flush=True)
