@@ -163,6 +163,7 @@ class Supervisor:
 
     async def stop(self) -> None:
         """Helpers and the web process first (drained), then the rest; SIGKILL after a grace."""
+        self.stopping.set()  # what exits from here on was stopped, not a death
         live = [p for p in self.processes if p.proc and p.proc.returncode is None]
         first = [p for p in live if p.name == "web" or not p.essential]
         await self._terminate(first, grace_s=float(self.env.get("INFRAI_DRAIN_S", "20")) + 10)

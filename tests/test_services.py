@@ -1,0 +1,80 @@
+"""infrai's own PostgreSQL and Redis (config.services): started, found again, stopped."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+
+from config.services import LocalServices, serving
+
+
+def _pids_alive(services: LocalServices) -> list[int]:
+    state = dict(
+        line.split("=", 1) for line in services.state.read_text().splitlines() if "=" in line
+    )
+    pids = [int(state["POSTGRES_PID"]), int(state["REDIS_PID"])]
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            alive.append(pid)
+        except ProcessLookupError:
+            pass
+    return alive
+
+
+def test_own_servers_start_answer_are_found_again_and_stop(tmp_path: Path) -> None:
+    services = LocalServices(tmp_path / "services", throwaway=True)
+    assert services.running() is None
+    urls = services.start()
+    try:
+        with psycopg.connect(urls["DATABASE_URL"]) as conn:
+            extensions = conn.execute("SELECT name FROM pg_available_extensions").fetchall()
+            assert ("vector",) in extensions  # the vector store's pgvector engine can run here
+            assert conn.execute("SHOW listen_addresses").fetchone() == ("127.0.0.1",)
+        assert redis.Redis.from_url(urls["REDIS_URL"]).ping()
+        assert services.running() == urls
+        assert services.start() == urls  # a second start finds them running
+        pids = _pids_alive(services)
+        assert len(pids) == 2
+    finally:
+        services.stop()
+    assert services.running() is None
+    assert all(not _alive(pid) for pid in pids)
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(urls["DATABASE_URL"], connect_timeout=2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_serving_starts_nothing_when_both_urls_are_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgres://elsewhere/db")
+    monkeypatch.setenv("REDIS_URL", "redis://elsewhere:6379/0")
+    with serving(tmp_path) as urls:
+        assert urls == {}
+    assert not (tmp_path / "services").exists()
+
+
+def test_serving_uses_running_servers_and_leaves_them_to_their_owner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    with serving(tmp_path, throwaway=True) as owned:
+        with serving(tmp_path) as borrowed:  # a manage.py command beside `make run`
+            assert borrowed == owned
+        services = LocalServices(tmp_path / "services")
+        assert services.running() == owned  # still up: the borrower did not stop them
+    assert services.running() is None
