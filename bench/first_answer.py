@@ -1,7 +1,8 @@
 """Seconds from ``make run``'s start to the first chat answer, on a fresh data directory.
 
 Starts ``scripts/run.sh`` (what ``make run`` runs after its install step) with its own ports and
-a new ``INFRAI_DATA_DIR`` (fresh SQLite database, no demo key yet), waits for the demo key that
+a new ``INFRAI_DATA_DIR`` (nothing configured: a fresh PostgreSQL and Redis of its own, no demo
+key yet), waits for the demo key that
 ``manage.py bootstrap`` writes, then asks the local chat model through the gateway with the
 OpenAI SDK, retrying while the platform cannot answer yet, and prints when each milestone
 happened (seconds since the script started ``run.sh``)::

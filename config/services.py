@@ -267,9 +267,21 @@ class LocalServices:
         self.state.unlink(missing_ok=True)
 
 
+PRODUCTION_SETTINGS = "config.settings.production"
+
+
+def production() -> bool:
+    """Whether this process runs production's settings, which name their servers in the
+    environment and never use or start servers of a data directory's own."""
+    return os.environ.get("DJANGO_SETTINGS_MODULE") == PRODUCTION_SETTINGS
+
+
 def own_urls(root: Path | None = None) -> dict[str, str]:
-    """The URLs of the data directory's own servers while they run (else ``{}``): what the
-    settings use when ``DATABASE_URL`` / ``REDIS_URL`` are unset."""
+    """The URLs of the data directory's own servers while they run (else ``{}``; always ``{}``
+    under production's settings): what the settings use when ``DATABASE_URL`` / ``REDIS_URL``
+    are unset."""
+    if production():
+        return {}
     return LocalServices((root or data_dir()) / "services").running() or {}
 
 
@@ -280,9 +292,10 @@ def serving(root: Path | None = None, *, throwaway: bool = False) -> Iterator[di
     ``{}`` when ``DATABASE_URL`` and ``REDIS_URL`` are both set (nothing is started); the
     running servers' URLs when the data directory's own servers run (started by another
     process, which stops them); otherwise it starts them, yields their URLs and stops them when
-    the block ends. ``root`` is the data directory (default :func:`data_dir`).
+    the block ends. ``root`` is the data directory (default :func:`data_dir`). Under
+    production's settings it starts nothing (``{}``): the settings then name what is missing.
     """
-    if os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"):
+    if production() or (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
         yield {}
         return
     services = LocalServices((root or data_dir()) / "services", throwaway=throwaway)

@@ -84,8 +84,7 @@ def test_check_deploy_reports_each_rule_on_settings_that_break_them(tmp_path):
     env = _production_env(
         DJANGO_SETTINGS_MODULE="config.settings.local",
         INFRAI_DATA_DIR=str(tmp_path),
-        REDIS_URL=None,
-        DATABASE_URL=None,
+        CELERY_TASK_ALWAYS_EAGER="true",  # E001: tasks would run in the web process
         INFRAI_KEY_PEPPER="",
         STRIPE_WEBHOOK_SECRET="",
         DJANGO_ALLOWED_HOSTS="*",

@@ -84,8 +84,13 @@ DATABASE_URL = env("DATABASE_URL", default=_own.get("DATABASE_URL", ""))
 REDIS_URL = env("REDIS_URL", default=_own.get("REDIS_URL", ""))
 if not DATABASE_URL or not REDIS_URL:
     raise ImproperlyConfigured(
-        "No PostgreSQL or Redis: set DATABASE_URL and REDIS_URL, or run this under infrai's own "
-        "servers (`make run`, or `.venv/bin/python -m config.services run -- COMMAND`)."
+        "No PostgreSQL or Redis: set DATABASE_URL and REDIS_URL"
+        + (
+            "."
+            if services.production()
+            else ", or run this under infrai's own servers (`make run`, or "
+            "`.venv/bin/python -m config.services run -- COMMAND`)."
+        )
     )
 DATABASES = {"default": env.db_url_config(DATABASE_URL)}
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
