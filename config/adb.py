@@ -16,9 +16,8 @@ positional ``$n`` by :class:`Statement`. A JSON column takes its value as JSON t
 (:func:`json_text`): no per-connection codec, whose set-up costs each new connection a catalog
 query.
 
-Only for PostgreSQL (:func:`enabled`); on SQLite (``make run``'s embedded default) callers keep
-the ORM path in a thread. The pool reads the connection parameters from
-``settings.DATABASES["default"]`` when first used on a loop (so tests' database names apply).
+The pool reads the connection parameters from ``settings.DATABASES["default"]`` when first
+used on a loop (so tests' database names apply).
 """
 
 from __future__ import annotations
@@ -45,11 +44,6 @@ _NAMED = re.compile(r"%\((\w+)\)s|%s")
 
 # Raised by a statement that would duplicate a unique key (e.g. a second hold of a request).
 UniqueViolation = asyncpg.UniqueViolationError
-
-
-def enabled() -> bool:
-    """Whether the default database is PostgreSQL (the only engine this module serves)."""
-    return bool(settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql")
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,15 +170,20 @@ async def execute(
     await conn.execute(statement.sql, *statement.args(params))
 
 
-# A statement's commit that need not wait for its WAL to reach the disk: the CTE is
-# ``SET LOCAL synchronous_commit = off`` for the statement's own transaction. The statement
-# must read it (``FROM …, defer_flush``), or PostgreSQL never runs it. Row locks the statement
-# took are then released as soon as it has run, instead of after the disk write; the commit is
-# visible at once, and durable once PostgreSQL next flushes its WAL (within
+# A statement whose commit need not wait for its WAL to reach the disk when its ``defer``
+# parameter is true: the CTE is ``SET LOCAL synchronous_commit = off`` for the statement's
+# transaction (with ``defer`` false it sets the current value again: no change, so a
+# synchronous caller, inside its own transaction or not, keeps normal durability). The
+# statement must read it (``FROM …, defer_flush``), or PostgreSQL never runs it. Row locks the
+# statement took are then released as soon as it has run, instead of after the disk write; the
+# commit is visible at once, and durable once PostgreSQL next flushes its WAL (within
 # ``wal_writer_delay`` × 3, or at :func:`flush`, or at any later synchronous commit, whichever
 # comes first: WAL is flushed in order).
 DEFER_FLUSH_NAME = "defer_flush"
-DEFER_FLUSH = f"{DEFER_FLUSH_NAME} AS (SELECT set_config('synchronous_commit', 'off', true))"
+DEFER_FLUSH = (
+    f"{DEFER_FLUSH_NAME} AS (SELECT set_config('synchronous_commit', CASE WHEN %(defer)s::boolean"
+    " THEN 'off' ELSE current_setting('synchronous_commit') END, true))"
+)
 # One WAL record in a transaction of its own, committed synchronously: PostgreSQL flushes its WAL
 # up to this commit, which covers every commit before it. (A transaction that writes nothing is
 # never flushed, whatever synchronous_commit says; a logical-decoding message is the smallest

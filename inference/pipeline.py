@@ -6,10 +6,10 @@ them; :mod:`inference.relay` adds streaming. Money rules:
 - A hold is opened before any vendor call, and the opening cannot be half-cancelled: a client
   that leaves while it is being opened gets it released (:meth:`Call.hold`).
 - Every exit path after it ends in :meth:`Call.finish`, which writes the request-log row and
-  settles the hold **in one transaction**, in a task shielded from the request's cancellation
-  (a client leaving cannot stop it). Text PostgreSQL cannot store is cleaned first; if the row
-  still cannot be written, the hold is settled anyway and a minimal row written — a failed log
-  write never leaves a hold open or a call free.
+  settles the hold **in one statement** on the event loop, in a task shielded from the
+  request's cancellation (a client leaving cannot stop it). Text PostgreSQL cannot store is
+  cleaned first; if the row still cannot be written, the hold is settled anyway and a minimal
+  row written — a failed log write never leaves a hold open or a call free.
 - While a call holds money this process renews its hold (:func:`_renew_holds`), so only holds
   of dead processes expire.
 - :func:`drain` (process shutdown) refuses new calls, lets calls in flight finish for a grace
@@ -26,17 +26,17 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import asyncpg
 from django.conf import settings
-from django.db import models, transaction
+from django.db import models
 
 from accounts.auth import KeyContext
-from billing.services import ahold_open, aholds_renew, arequest_recharge, asettle, hold_settle
+from billing.services import ahold_open, aholds_renew, arequest_recharge, asettle
 from catalog import health
 from catalog.routing import Candidate, RoutingDecision, RoutingRequest
 from catalog.selectors import credentials_value, routing_decide
 from catalog.types import CircuitState
 from config import adb, live, observability
-from config.db import db_async
 from config.errors import (
     ApiError,
     InvalidRequest,
@@ -450,15 +450,10 @@ class Call:
         )
 
 
-def settle_inflight_now() -> int:
-    """Bill every stream this process is still relaying for what it delivered so far.
-
-    The last resort at process exit (registered with :mod:`atexit` by the app) for calls that
-    :func:`drain` did not end — a server without the drain (daphne drops open streams on
-    SIGTERM without running their ``finally`` blocks). Synchronous; returns how many calls it
-    settled.
-    """
-    settled = 0
+def _stopped_streams() -> list[tuple[RequestLog, bool, int]]:
+    """Finish every stream still relayed here for what it delivered so far: the log row,
+    whether it holds money, and its cost, to record and settle."""
+    stopped = []
     for call in list(_inflight):
         if call.finished or call.usage_so_far is None:
             continue
@@ -468,12 +463,41 @@ def settle_inflight_now() -> int:
         row = call._log_row(
             status=RequestStatus.CANCELLED, http_status=499, error_code="server_shutdown"
         )
+        stopped.append((row, call.held, call.cost_nanos))
+    return stopped
+
+
+async def _record_and_settle_stopped(stopped: list[tuple[RequestLog, bool, int]]) -> int:
+    settled = 0
+    for row, held, cost in stopped:
         try:
-            _record_and_settle_now(row, call.held, call.cost_nanos)
+            await _record_and_settle_on_loop(row, held, cost)
             settled += 1
         except Exception:
             log.exception("could not settle %s at shutdown", row.request_id)
     return settled
+
+
+def settle_inflight_now() -> int:
+    """Bill every stream this process is still relaying for what it delivered so far.
+
+    The last resort at process exit (registered with :mod:`atexit` by the app) for calls that
+    :func:`drain` did not end — a server without the drain (daphne drops open streams on
+    SIGTERM without running their ``finally`` blocks). Synchronous: it runs the loop path's
+    statements on an event loop of its own (call it where no loop is running); returns how
+    many calls it settled.
+    """
+    stopped = _stopped_streams()
+    if not stopped:
+        return 0
+
+    async def run() -> int:
+        try:
+            return await _record_and_settle_stopped(stopped)
+        finally:
+            await adb.close()
+
+    return asyncio.run(run())
 
 
 async def drain(*, grace_s: float) -> int:
@@ -483,8 +507,8 @@ async def drain(*, grace_s: float) -> int:
     in flight get ``grace_s`` seconds to finish; the rest are cancelled with
     ``shutting_down`` set — a stream then ends with an error event and ``[DONE]`` and is billed
     for what it delivered, a non-streamed call answers 503 and is charged nothing — and their
-    settlement is awaited (bounded). Whatever is still open after that is billed by
-    :func:`settle_inflight_now`.
+    settlement is awaited (bounded). A stream still open after that is billed for what it
+    delivered, as :func:`settle_inflight_now` bills it.
     """
     global _draining
     _draining = True
@@ -502,7 +526,7 @@ async def drain(*, grace_s: float) -> int:
     if _background:
         await asyncio.wait(set(_background), timeout=5.0)
     if _inflight:
-        await db_async(settle_inflight_now)()
+        await _record_and_settle_stopped(_stopped_streams())
     return len(ended)
 
 
@@ -600,37 +624,6 @@ def _settle_description(row: RequestLog) -> str:
     return f"{row.endpoint} {row.model}".strip()
 
 
-def _settle_only(row: RequestLog, held: bool, cost: int) -> None:
-    if held:
-        hold_settle(
-            request_id=row.request_id, actual_nanos=cost, description=_settle_description(row)
-        )
-
-
-def _record_and_settle_now(row: RequestLog, held: bool, cost: int) -> None:
-    """The request-log row and the settlement in one transaction (ORM, any database).
-
-    If the row cannot be written even after cleaning, the hold is settled on its own (money
-    first) and a minimal row — no routing, no prompt, ``log_write_failed`` — is written.
-    """
-    _clean_row(row)
-    try:
-        with transaction.atomic():
-            row.save(force_insert=True)
-            _settle_only(row, held, cost)
-        return
-    except Exception:
-        log.exception("could not write the request log of %s; settling alone", row.request_id)
-    _settle_only(row, held, cost)
-    row.pk = None
-    row.routing, row.ignored_params, row.prompt = {}, [], ""
-    row.error_code = "log_write_failed"
-    row.requested_model = row.requested_model.encode("ascii", "ignore").decode()
-    row.save(force_insert=True)
-
-
-_record_and_settle_in_thread = db_async(_record_and_settle_now)
-
 _LOG_FIELDS = tuple(f for f in RequestLog._meta.concrete_fields if not f.primary_key)
 _LOG_INSERT = "INSERT INTO {table} ({columns}) VALUES ({values})".format(
     table=RequestLog._meta.db_table,
@@ -651,48 +644,62 @@ def _log_values(row: RequestLog) -> dict[str, Any]:
     }
 
 
-async def _record_and_settle_on_loop(row: RequestLog, held: bool, cost: int) -> bool:
-    """PostgreSQL: :func:`_record_and_settle_now` without leaving the event loop — the row's
-    INSERT and the settlement in ONE statement (:func:`billing.services.asettle` runs the row's
-    INSERT inside its own statement), so both commit together.
+async def _settle(
+    conn: asyncpg.Connection,
+    row: RequestLog,
+    cost: int,
+    before: tuple[str, dict[str, Any]] | None = None,
+) -> None:
+    """Settle ``row``'s hold on ``conn`` (``before``: written by the same statement) and ask for
+    an auto-recharge the settlement made due."""
+    settled = await asettle(
+        conn,
+        request_id=row.request_id,
+        actual_nanos=cost,
+        description=_settle_description(row),
+        before=before,
+    )
+    if settled is not None and settled.recharge_wallet_id is not None:
+        spawn(arequest_recharge(settled.recharge_wallet_id))
 
-    Returns False, with nothing written, when the row could not be written (the ORM path then
-    settles alone and writes a minimal row). When the hold was no longer open (expired, which
-    only a process stalled past the hold TTL sees), the row is written and the settlement
-    follows on the ORM path, which charges an expired hold at most what the wallet holds.
+
+async def _record_and_settle_on_loop(row: RequestLog, held: bool, cost: int) -> None:
+    """The request-log row and the settlement in ONE statement on the event loop
+    (:func:`billing.services.asettle` runs the row's INSERT inside its own statement), so both
+    commit together; without a hold, the row alone. A hold the sweeper already expired (a
+    process stalled past the hold TTL) is settled late by the same statement.
+
+    If the row cannot be written even after cleaning, that statement wrote nothing: the hold is
+    then settled alone (money first) and a minimal row — no routing, no prompt,
+    ``log_write_failed`` — is written. Raises only when the database refuses those too.
     """
     _clean_row(row)
     try:
         async with adb.connection() as conn:
-            if not held:
+            if held:
+                await _settle(conn, row, cost, before=(_LOG_INSERT, _log_values(row)))
+            else:
                 await adb.execute(conn, _LOG_INSERT_ASYNC, _log_values(row))
-                return True
-            settled = await asettle(
-                conn,
-                request_id=row.request_id,
-                actual_nanos=cost,
-                description=_settle_description(row),
-                before=(_LOG_INSERT, _log_values(row)),
-            )
+        return
     except Exception:
-        log.warning("request log of %s not written on the loop", row.request_id, exc_info=True)
-        return False
-    if settled is None:
-        await db_async(_settle_only)(row, held, cost)
-    elif settled.recharge_wallet_id is not None:
-        spawn(arequest_recharge(settled.recharge_wallet_id))
-    return True
+        log.exception("could not write the request log of %s; settling alone", row.request_id)
+    row.routing, row.ignored_params, row.prompt = {}, [], ""
+    row.error_code = "log_write_failed"
+    row.requested_model = row.requested_model.encode("ascii", "ignore").decode()
+    async with adb.connection() as conn:
+        if held:
+            await _settle(conn, row, cost)
+        await adb.execute(conn, _LOG_INSERT_ASYNC, _log_values(row))
 
 
 @observability.traced("infrai.settle")
 async def _record_and_settle(row: RequestLog, held: bool, cost: int) -> None:
     try:
-        if adb.enabled() and await _record_and_settle_on_loop(row, held, cost):
-            return
-        await _record_and_settle_in_thread(row, held, cost)
+        await _record_and_settle_on_loop(row, held, cost)
     except Exception:
-        # Only a database that refuses everything gets here: the hold stays open, renewal
-        # stops with the call, and the sweeper releases it (logged there with its request).
+        # Only a database that refuses even the minimal row gets here. If the settlement alone
+        # failed too, the hold stays open: renewal stops with the call, and the sweeper
+        # releases it (logged there with its request).
         log.exception("could not record/settle %s", row.request_id)
 
 

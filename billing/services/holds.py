@@ -9,70 +9,39 @@ How a caller uses it (one call = one ``request_id``)::
     finally:
         await ahold_settle(request_id=rid, actual_nanos=cost_so_far)
 
-1. **Open before any vendor call.** :func:`hold_open` reserves ``amount_nanos`` (the worst-case
-   cost: prompt estimate + max output, from :func:`money.pricing.cost_nanos`) against the
-   organization's *available* balance (balance − open holds). It is atomic: the availability
-   test and the reservation are one conditional ``UPDATE`` (on PostgreSQL one statement that
-   also checks the project budget and inserts the hold), so concurrent calls can never
-   together reserve more than is available.
+1. **Open before any vendor call** (:func:`hold_open`): it reserves the worst-case cost against
+   the organization's available balance (balance − open holds), or raises
+   :class:`~config.errors.InsufficientQuota` (HTTP 402) with nothing written: then do not call
+   the vendor and do not settle.
+2. **Settle exactly once, in ``finally``** (:func:`hold_settle`) — on success, vendor error,
+   client disconnect and cancellation: it charges ``min(actual, hold)`` and releases the hold.
+   A second settle (even concurrent) changes nothing and returns the same amount.
+3. **Renew while the call runs** (:func:`holds_renew`), well within ``ttl_s``, so that only the
+   holds of dead processes expire.
+4. **If the process dies**, the hold expires after ``ttl_s``: :func:`holds_expire` (Celery
+   beat, every minute) releases it with a zero-amount ``hold_expired`` ledger entry. A settle
+   that still arrives is *late*: it charges at most what the wallet has available then.
 
-   - Returns ``None``: the hold is open. **You must settle it** (step 2) on every exit path.
-   - Raises :class:`~config.errors.InsufficientQuota` code ``insufficient_quota``: the wallet
-     cannot cover ``amount_nanos`` (or the organization has no wallet). Nothing was written.
-     Answer 402 as is (it carries ``x-should-retry: false``); do not call the vendor and do
-     not settle. ``exc.available_nanos`` is the wallet's available balance (≥ 0), to say
-     which ``max_tokens`` would fit.
-   - Raises ``InsufficientQuota`` code ``project_budget_exceeded``: the project's monthly
-     budget (month-to-date usage + its open holds + ``amount_nanos`` > ``budget_nanos``).
-     Nothing was written; same handling. ``exc.available_nanos`` is the smaller of the
-     wallet's available balance and what is left of the budget.
-   - Raises ``InsufficientQuota`` code ``key_budget_exceeded``: the API key's monthly budget
-     (``key_budget_nanos``; the key's holds this UTC month — settled ones at what they charged,
-     open ones at their amount — plus ``amount_nanos`` would exceed it). Nothing was written;
-     same handling. ``exc.available_nanos`` is what is left of the key's budget.
-   - Raises :class:`HoldExists` if ``request_id`` was used before (a programming error).
+**Where each statement runs.** Each money operation is one SQL text here, with psycopg's named
+placeholders (:data:`_OPEN`, :data:`_KEY_SPENT`, :data:`_REFUSAL`, :func:`_settle_sql`,
+:data:`_SETTLED`, :data:`_RENEW`, :data:`_EXPIRE`), and each operation is a parameter builder,
+one execution and a reading of its row. The execution is either
 
-2. **Settle exactly once, in ``finally``** — on success, vendor error, client disconnect and
-   cancellation. :func:`hold_settle` debits ``min(actual_nanos, hold amount)`` as one
-   ``usage`` ledger entry (idempotency key ``usage:<request_id>``, with project, key and
-   request id) and releases the rest of the hold, all in one transaction. It returns the
-   nano-USD charged. Calling it again (even concurrently) changes nothing and returns the same
-   amount: the hold row's ``open → settled`` transition is the single arbiter.
-   ``actual_nanos == 0`` closes the hold and writes **no** ledger entry (the balance did not
-   change; the request log still has the call). ``actual_nanos`` above the hold is capped:
-   the platform never charges more than it reserved.
+- **on the event loop** (:func:`ahold_open`, :func:`asettle`, :func:`ahold_settle`,
+  :func:`aholds_renew`: the request path): asyncpg through :mod:`config.adb`, prepared once per
+  connection. Opening and settlement commit without waiting for the disk (``defer``:
+  :data:`config.adb.DEFER_FLUSH`), so a wallet row is locked only while a statement runs, and
+  :func:`asettle` waits for the disk (:func:`config.adb.flush`) before it returns: no answer
+  leaves before its charge is durable; or
+- **synchronous** (:func:`hold_open`, :func:`hold_settle`, :func:`holds_renew`,
+  :func:`hold_expire`, :func:`holds_expire`: Celery tasks, admin actions, the management API
+  and commands, :mod:`vectors.metering`, tests): Django's ``connection.cursor()``, inside the
+  caller's transaction if there is one, with normal durability.
 
-   It works in autocommit (its own transaction: one statement on PostgreSQL) and **inside the
-   caller's** ``transaction.atomic()``, where it joins that transaction — the way to write the
-   request-log row and the settlement together::
-
-       with transaction.atomic():
-           RequestLog(...).save()
-           hold_settle(request_id=rid, actual_nanos=cost)
-
-   If the caller's block rolls back, so does the settlement: the hold is still open and must be
-   settled again.
-
-3. **Renew while the call runs.** A process relaying a long call calls :func:`holds_renew`
-   (or :func:`aholds_renew`) for its live request ids well within ``ttl_s``; it pushes their
-   ``expires_at`` to now + ``ttl_s`` so that only the holds of dead processes expire.
-
-4. **If the process dies** between open and settle, the hold expires after ``ttl_s``:
-   :func:`holds_expire` (Celery beat, every minute) releases it and writes a **zero-amount
-   ``hold_expired`` ledger entry** (with the request id) so the release is visible in the
-   wallet's history. A settle that still arrives later for such a hold charges
-   ``min(actual, amount)`` but **never more than the wallet has available then**
-   (``max(balance − held, 0)``): the released money may have been spent by other calls, and a
-   late settlement must not overdraw. The uncollected remainder is written in the ``usage``
-   entry's description (the entry is written even when nothing could be collected) and the
-   hold's ``captured_nanos`` is what was charged.
-
-Async callers use :func:`ahold_open` / :func:`ahold_settle` / :func:`aholds_renew` (same
-contract). On PostgreSQL the request path opens and settles on the event loop
-(:func:`ahold_open`, :func:`asettle`, over :mod:`config.adb`), committing without waiting for
-the disk so that the wallet row is locked only while a statement runs; :func:`asettle` then
-waits for the disk before it returns. Everything else runs the ORM in a worker thread, never on
-the event loop. Amounts are integer nano-USD.
+Every statement locks in one order — the hold row, the wallet, the project's month counter
+(opening: the wallet, the counter, then its new hold row) — so none deadlocks another; each
+re-checks the rows it locked against their latest committed version (READ COMMITTED), which
+is what makes a settlement exactly-once. Amounts are integer nano-USD.
 """
 
 from __future__ import annotations
@@ -80,22 +49,18 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, close_old_connections, connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
-from billing.services.ledger import (
-    auto_recharge_enqueue,
-    auto_recharge_on_commit,
-    post_entry,
-    wallet_apply,
-)
-from config import adb
+from billing.models import Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
+from billing.services.ledger import auto_recharge_enqueue, auto_recharge_on_commit
+from config import adb, live
 from config.errors import InsufficientQuota
 from money.usd import nanos_to_usd_str
 
@@ -109,6 +74,7 @@ LEDGER = LedgerEntry._meta.db_table
 CODE_WALLET = "insufficient_quota"
 CODE_BUDGET = "project_budget_exceeded"
 CODE_KEY_BUDGET = "key_budget_exceeded"
+LATE_DESCRIPTION = "usage (after hold expiry)"
 
 
 class HoldExists(ValueError):
@@ -124,22 +90,55 @@ def month_start(now: dt.datetime) -> dt.date:
     return now.astimezone(dt.UTC).date().replace(day=1)
 
 
+def _fetchrow(sql: str, params: Mapping[str, Any]) -> Any:
+    """Synchronous callers: ``sql``'s first row, on Django's connection (and transaction)."""
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchone()
+
+
+_compiled = functools.cache(adb.Statement.compile)
+
+
+async def _afetchrow(conn: asyncpg.Connection, sql: str, params: Mapping[str, Any]) -> Any:
+    """The event loop: ``sql`` on ``conn`` (:mod:`config.adb`); its first row."""
+    return await adb.fetchrow(conn, _compiled(sql), params)
+
+
+def _usd(expr: str) -> str:
+    """SQL: the nano-USD ``expr`` (≥ 0) in USD as :func:`money.usd.nanos_to_usd_str` writes it."""
+    return f"trim_scale(({expr})::numeric(38, 9) / 1000000000)::text"
+
+
+# A money statement's wallet update (alias wl) re-arms auto-recharge when the new balance is at
+# or above the threshold (the rule of ledger.wallet_apply); RETURNING (new values) says whether
+# a recharge became due.
+_REARMED = "wl.auto_recharge_armed OR wl.balance_nanos + ({}) >= wl.auto_recharge_threshold_nanos"
+_RECHARGE_DUE = (
+    "(wl.auto_recharge_enabled AND wl.auto_recharge_armed"
+    " AND wl.balance_nanos < wl.auto_recharge_threshold_nanos) AS recharge_due"
+)
+_LEDGER_COLUMNS = (
+    "wallet_id, kind, amount_nanos, balance_after_nanos, idempotency_key, project_id,"
+    " api_key_id, request_id, external_ref, description, created_at"
+)
+
 # --- open -------------------------------------------------------------------------------------
 
-
-def _open_sql(*, defer_flush: bool) -> str:
-    """The hold-opening statement; with ``defer_flush`` its commit does not wait for the disk
-    (:data:`config.adb.DEFER_FLUSH`: the loop path, see :func:`ahold_open`)."""
-    first, also = (f"{adb.DEFER_FLUSH}, ", f", {adb.DEFER_FLUSH_NAME}") if defer_flush else ("", "")
-    return f"""
-WITH {first}w AS (
-    UPDATE {WALLET} SET held_nanos = held_nanos + %(amount)s::bigint, updated_at = %(now)s
-     WHERE organization_id = %(org)s AND balance_nanos - held_nanos >= %(amount)s::bigint
+# Both conditional writes lock their row and re-check its latest committed version (UPDATE
+# re-evaluation, ON CONFLICT DO UPDATE), so concurrent holds are serialized per wallet and per
+# project. When the budget refuses, no hold row is inserted but the wallet reservation stands:
+# the transaction around it rolls it back. The casts are for asyncpg, which types parameters.
+_OPEN = f"""
+WITH {adb.DEFER_FLUSH}, w AS (
+    UPDATE {WALLET}
+       SET held_nanos = held_nanos + %(amount)s::bigint, updated_at = %(now)s::timestamptz
+     WHERE organization_id = %(org)s::bigint AND balance_nanos - held_nanos >= %(amount)s::bigint
     RETURNING id
 ), s AS (
     INSERT INTO {SPEND} (project_id, month, used_nanos, held_nanos)
     SELECT %(project)s::bigint, %(month)s::date, 0, %(amount)s::bigint
-      FROM w  -- reading w locks the wallet row first: the same order as settlement (no deadlock)
+      FROM w  -- reading w locks the wallet row first
      WHERE %(project)s::bigint IS NOT NULL
        AND (%(budget)s::bigint IS NULL OR %(amount)s::bigint <= %(budget)s::bigint)
     ON CONFLICT (project_id, month) DO UPDATE
@@ -152,201 +151,79 @@ INSERT INTO {HOLD} (wallet_id, project_id, api_key_id, request_id, amount_nanos,
                     month, created_at, expires_at)
 SELECT w.id, %(project)s::bigint, %(key)s::bigint, %(rid)s::varchar, %(amount)s::bigint, 'open',
        %(month)s::date, %(now)s::timestamptz, %(expires)s::timestamptz
-  FROM w{also}
+  FROM w, {adb.DEFER_FLUSH_NAME}
  WHERE %(project)s::bigint IS NULL OR EXISTS (SELECT 1 FROM s)
 RETURNING id
 """
-
-
-_OPEN_CTE = _open_sql(defer_flush=False)
-# The same statement for the event loop (config.adb: asyncpg's positional parameters). The
-# casts above are for asyncpg, which types each parameter when it prepares the statement.
-_OPEN_ASYNC = adb.Statement.compile(_open_sql(defer_flush=True))
-
-
-@dataclass(frozen=True, slots=True)
-class _OpenParams:
-    org: int
-    project: int | None
-    key: int | None
-    rid: str
-    amount: int
-    budget: int | None
-    month: dt.date
-    now: dt.datetime
-    expires: dt.datetime
-
-    @classmethod
-    def at(
-        cls,
-        now: dt.datetime,
-        *,
-        org: int,
-        project: int | None,
-        key: int | None,
-        rid: str,
-        amount: int,
-        budget: int | None,
-        ttl_s: int,
-    ) -> _OpenParams:
-        """The parameters of a hold opened at ``now`` that expires ``ttl_s`` later."""
-        return cls(
-            org=org,
-            project=project,
-            key=key,
-            rid=rid,
-            amount=amount,
-            budget=budget,
-            month=month_start(now),
-            now=now,
-            expires=now + dt.timedelta(seconds=ttl_s),
-        )
-
-    def values(self) -> dict[str, Any]:
-        """The named parameters of :data:`_OPEN_CTE`."""
-        return {name: getattr(self, name) for name in _OpenParams.__slots__}
-
-
-def _open_one_statement(p: _OpenParams) -> bool:
-    """PostgreSQL: wallet reservation, budget check and hold row in one statement.
-
-    Both conditional writes lock their row and re-check it against the latest committed
-    version (``UPDATE`` re-evaluation, ``ON CONFLICT DO UPDATE``), so concurrent holds are
-    serialized per wallet and per project. If one of them refuses, no hold row is inserted
-    and the caller rolls the transaction back (undoing the other).
-    """
-    with connection.cursor() as cur:
-        cur.execute(_OPEN_CTE, p.values())
-        return cur.fetchone() is not None
-
-
-def _open_steps(p: _OpenParams) -> bool:
-    """Any database: the same writes as :func:`_open_one_statement`, as up to three."""
-    with connection.cursor() as cur:
-        cur.execute(
-            f"UPDATE {WALLET} SET held_nanos = held_nanos + %s, updated_at = %s"
-            " WHERE organization_id = %s AND balance_nanos - held_nanos >= %s RETURNING id",
-            [p.amount, p.now, p.org, p.amount],
-        )
-        row = cur.fetchone()
-        if row is None:
-            return False
-        if p.project is not None:
-            budget = p.budget
-            cur.execute(
-                f"INSERT INTO {SPEND} (project_id, month, used_nanos, held_nanos)"
-                " SELECT %s, %s, 0, %s WHERE %s IS NULL OR %s <= %s"
-                " ON CONFLICT (project_id, month) DO UPDATE"
-                f" SET held_nanos = {SPEND}.held_nanos + excluded.held_nanos"
-                f" WHERE %s IS NULL OR {SPEND}.used_nanos + {SPEND}.held_nanos"
-                " + excluded.held_nanos <= %s RETURNING 1",
-                [p.project, p.month, p.amount, budget, p.amount, budget, budget, budget],
-            )
-            if cur.fetchone() is None:
-                return False
-    Hold.objects.create(
-        wallet_id=row[0],
-        project_id=p.project,
-        api_key_id=p.key,
-        request_id=p.rid,
-        amount_nanos=p.amount,
-        month=p.month,
-        created_at=p.now,
-        expires_at=p.expires,
-    )
-    return True
-
-
-def _use_one_statement() -> bool:
-    """Whether :func:`_open_one_statement` applies (PostgreSQL); tests patch it to compare."""
-    return connection.vendor == "postgresql"
+_KEY_SPENT = f"""
+SELECT CAST(COALESCE(SUM(CASE WHEN status = 'open' THEN amount_nanos
+                              ELSE COALESCE(captured_nanos, 0) END), 0) AS BIGINT)
+  FROM {HOLD} WHERE api_key_id = %(key)s::bigint AND month = %(month)s::date
+"""
+_REFUSAL = f"""
+SELECT (SELECT GREATEST(balance_nanos - held_nanos, 0) FROM {WALLET}
+         WHERE organization_id = %(org)s::bigint),
+       (SELECT used_nanos + held_nanos FROM {SPEND}
+         WHERE project_id = %(project)s::bigint AND month = %(month)s::date)
+"""
 
 
 class _Refused(Exception):
     pass
 
 
-# --- the API key's budget (only for keys that have one: no query otherwise) -------------------
+def _opening(defer: bool, *hold: Any, key_budget: int | None, ttl_s: int) -> dict[str, Any]:
+    """The parameters of :data:`_OPEN`, :data:`_KEY_SPENT` and :data:`_REFUSAL`; ``hold`` is
+    organization, project, key, request id, amount, project budget."""
+    p = dict(zip(("org", "project", "key", "rid", "amount", "budget"), hold, strict=True))
+    if p["amount"] < 0:
+        raise ValueError("amount_nanos must be >= 0")
+    now = p["now"] = timezone.now()
+    p.update(expires=now + dt.timedelta(seconds=ttl_s), month=month_start(now), defer=defer)
+    p["key_budget"] = key_budget if p["key"] is not None else None
+    return p
 
-_KEY_SPENT = f"""
-SELECT CAST(COALESCE(SUM(CASE WHEN status = 'open' THEN amount_nanos
-                              ELSE COALESCE(captured_nanos, 0) END), 0) AS BIGINT)
-  FROM {HOLD}
- WHERE api_key_id = %s AND month = %s
-"""
-_KEY_SPENT_ASYNC = adb.Statement.compile(_KEY_SPENT)
 
+def _key_budget_check(p: Mapping[str, Any], row: Any) -> None:
+    """Refuse the hold just written if the key's month (``row``: :data:`_KEY_SPENT`) now
+    exceeds its budget.
 
-def _key_budget_check(*, key_id: int, month: dt.date, amount_nanos: int, budget_nanos: int) -> None:
-    """Refuse the hold just written if the key's month now exceeds ``budget_nanos``.
-
-    Must run in the transaction that opened the hold, *after* it: that statement locked the
-    organization's wallet row until commit, and every hold of this key is on that wallet, so
-    concurrent holds of the key are serialized here. This is a new statement, so under READ
-    COMMITTED it sees every hold committed before the lock was granted (a sum in the opening
-    statement itself would read that statement's older snapshot and could let two holds pass
-    together). The sum counts this hold (same transaction): settled holds at what they
-    charged, open ones at their amount, expired ones at nothing. Raises ``InsufficientQuota``
-    (``key_budget_exceeded``); the caller's ``atomic`` block then rolls the hold back.
+    :data:`_KEY_SPENT` must run in the transaction that opened the hold, *after* it: that
+    statement locked the organization's wallet row until commit, and every hold of this key is
+    on that wallet, so concurrent holds of the key are serialized here. It is a new statement,
+    so under READ COMMITTED it sees every hold committed before the lock was granted (a sum in
+    the opening statement itself would read that statement's older snapshot and could let two
+    holds pass together). The sum counts this hold (same transaction): settled holds at what
+    they charged, open ones at their amount, expired ones at nothing. Raises
+    ``InsufficientQuota`` (``key_budget_exceeded``); the caller's transaction then rolls the
+    hold back.
     """
-    with connection.cursor() as cur:
-        cur.execute(_KEY_SPENT, [key_id, month])
-        (spent,) = cur.fetchone()
-    if spent > budget_nanos:
-        raise _key_budget_refusal(spent=spent, amount_nanos=amount_nanos, budget_nanos=budget_nanos)
-
-
-def _key_budget_refusal(*, spent: int, amount_nanos: int, budget_nanos: int) -> InsufficientQuota:
-    """The 402 for a key whose month, this hold included, came to ``spent`` > its budget."""
-    left = max(budget_nanos - (spent - amount_nanos), 0)
-    return InsufficientQuota(
-        "This request would exceed this API key's monthly budget of "
-        f"${nanos_to_usd_str(budget_nanos)} (${nanos_to_usd_str(left)} left this month). "
-        "Raise the key's budget or wait for the next month.",
-        code=CODE_KEY_BUDGET,
-        available_nanos=left,
-    )
-
-
-def _refusal(
-    *,
-    organization_id: int,
-    project_id: int | None,
-    month: dt.date,
-    amount_nanos: int,
-    budget_nanos: int | None,
-) -> InsufficientQuota:
-    """Which limit refused the hold (read after the rollback; only the error path pays it).
-
-    The exception's ``available_nanos`` is what a hold could reserve right now: the wallet's
-    available balance, or for a budget refusal the smaller of that and what is left of the
-    project's monthly budget.
-    """
-    available = (
-        Wallet.objects.filter(organization_id=organization_id)
-        .values_list("balance_nanos", "held_nanos")
-        .first()
-    )
-    avail = max(available[0] - available[1], 0) if available else 0
-    if avail >= amount_nanos and budget_nanos is not None:
-        spent = (
-            ProjectSpend.objects.filter(project_id=project_id, month=month)
-            .values_list("used_nanos", "held_nanos")
-            .first()
-            if project_id is not None
-            else None
+    spent, budget = int(row[0]), int(p["key_budget"])
+    if spent > budget:
+        left = max(budget - (spent - p["amount"]), 0)
+        raise InsufficientQuota(
+            "This request would exceed this API key's monthly budget of "
+            f"${nanos_to_usd_str(budget)} (${nanos_to_usd_str(left)} left this month). "
+            "Raise the key's budget or wait for the next month.",
+            code=CODE_KEY_BUDGET,
+            available_nanos=left,
         )
-        left = max(budget_nanos - (sum(spent) if spent else 0), 0)
+
+
+def _refusal(p: Mapping[str, Any], row: Any) -> InsufficientQuota:
+    """Which limit refused the hold (``row``: :data:`_REFUSAL`, read after the rollback)."""
+    avail, amount, budget = int(row[0] or 0), p["amount"], p["budget"]
+    if avail >= amount and budget is not None:
         return InsufficientQuota(
             "This request would exceed the project's monthly budget of "
-            f"${nanos_to_usd_str(budget_nanos)}. Raise the project's budget in the dashboard "
-            "or wait for the next month.",
+            f"${nanos_to_usd_str(budget)}. Raise the project's budget in the dashboard or wait "
+            "for the next month.",
             code=CODE_BUDGET,
-            available_nanos=min(avail, left),
+            available_nanos=min(avail, max(budget - int(row[1] or 0), 0)),
         )
     return InsufficientQuota(
         "You exceeded your current quota: this request may cost up to "
-        f"${nanos_to_usd_str(amount_nanos)} and your organization's available balance is "
+        f"${nanos_to_usd_str(amount)} and your organization's available balance is "
         f"${nanos_to_usd_str(avail)}. Add credit in the dashboard to continue.",
         code=CODE_WALLET,
         available_nanos=avail,
@@ -364,398 +241,39 @@ def hold_open(
     key_budget_nanos: int | None = None,
     ttl_s: int = 900,
 ) -> None:
-    """Reserve ``amount_nanos`` for ``request_id``; see the module docstring for the contract.
+    """Reserve ``amount_nanos`` (the call's worst-case cost) for ``request_id``, expiring after
+    ``ttl_s`` unless renewed. One durable transaction: the reservation, the project budget and
+    the hold row are one statement; a key budget (``key_budget_nanos``) costs one more.
 
-    Raises ``InsufficientQuota`` (``insufficient_quota`` / ``project_budget_exceeded`` /
-    ``key_budget_exceeded``) with nothing written, or :class:`HoldExists`. ``budget_nanos`` is
-    the project's monthly budget, ``key_budget_nanos`` the API key's (``None`` = no budget; a
-    key budget costs one more query, only for keys that have one).
+    - Returns ``None``: the hold is open. **You must settle it** on every exit path.
+    - ``InsufficientQuota`` code ``insufficient_quota``: the wallet cannot cover
+      ``amount_nanos`` (or the organization has no wallet). Answer the 402 as is (it carries
+      ``x-should-retry: false``). ``exc.available_nanos`` is the wallet's available balance
+      (≥ 0), to say which ``max_tokens`` would fit.
+    - ``project_budget_exceeded``: month-to-date usage + open holds + ``amount_nanos`` would
+      exceed ``budget_nanos``; ``available_nanos`` is the smaller of the wallet's available
+      balance and what is left of the budget.
+    - ``key_budget_exceeded``: the key's holds this UTC month (settled ones at what they
+      charged, open ones at their amount) + ``amount_nanos`` would exceed
+      ``key_budget_nanos``; ``available_nanos`` is what is left of it.
+    - :class:`HoldExists`: ``request_id`` was used before (a programming error).
+
+    On every refusal nothing was written. ``None`` budgets mean none.
     """
-    if amount_nanos < 0:
-        raise ValueError("amount_nanos must be >= 0")
-    params = _OpenParams.at(
-        timezone.now(),
-        org=organization_id,
-        project=project_id,
-        key=api_key_id,
-        rid=request_id,
-        amount=amount_nanos,
-        budget=budget_nanos,
-        ttl_s=ttl_s,
-    )
-    one = _use_one_statement()
+    hold = (organization_id, project_id, api_key_id, request_id, amount_nanos, budget_nanos)
+    p = _opening(False, *hold, key_budget=key_budget_nanos, ttl_s=ttl_s)
     try:
         with transaction.atomic(durable=True):
-            ok = _open_one_statement(params) if one else _open_steps(params)
-            if not ok:
+            if _fetchrow(_OPEN, p) is None:
                 raise _Refused
-            if key_budget_nanos is not None and api_key_id is not None:
-                _key_budget_check(
-                    key_id=api_key_id,
-                    month=params.month,
-                    amount_nanos=amount_nanos,
-                    budget_nanos=key_budget_nanos,
-                )
+            if p["key_budget"] is not None:
+                _key_budget_check(p, _fetchrow(_KEY_SPENT, p))
     except _Refused:
-        raise _refusal(
-            organization_id=organization_id,
-            project_id=project_id,
-            month=params.month,
-            amount_nanos=amount_nanos,
-            budget_nanos=budget_nanos,
-        ) from None
+        raise _refusal(p, _fetchrow(_REFUSAL, p)) from None
     except IntegrityError as exc:
-        if Hold.objects.filter(request_id=request_id).exists():
-            raise HoldExists(f"a hold for request {request_id} already exists") from exc
-        raise
-
-
-# --- settle -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Claimed:
-    wallet_id: int
-    project_id: int | None
-    api_key_id: int | None
-    amount_nanos: int
-    captured_nanos: int
-    month: dt.date
-
-
-def _claim(*, request_id: str, actual_nanos: int, from_status: HoldStatus) -> _Claimed | None:
-    """``from_status → settled`` on the hold in one conditional UPDATE (the exactly-once point)."""
-    with connection.cursor() as cur:
-        cur.execute(
-            f"UPDATE {HOLD} SET status = %s,"
-            " captured_nanos = CASE WHEN %s < amount_nanos THEN %s ELSE amount_nanos END,"
-            " closed_at = %s"
-            " WHERE request_id = %s AND status = %s AND captured_nanos IS NULL"
-            " RETURNING wallet_id, project_id, api_key_id, amount_nanos, captured_nanos, month",
-            [
-                HoldStatus.SETTLED,
-                actual_nanos,
-                actual_nanos,
-                timezone.now(),
-                request_id,
-                from_status,
-            ],
-        )
-        row = cur.fetchone()
-    return None if row is None else _Claimed(*row)
-
-
-def _settle_sql(*, pre: str | None = None, defer_flush: bool = False) -> str:
-    """The open-hold settlement as one statement; ``pre`` (data-modifying SQL, named
-    parameters) is written by the same statement, and ``defer_flush`` makes its commit not wait
-    for the disk (:data:`config.adb.DEFER_FLUSH`; :func:`asettle` waits with
-    :func:`config.adb.flush`)."""
-    first = (f"{adb.DEFER_FLUSH}, " if defer_flush else "") + (f"pre AS ({pre}), " if pre else "")
-    also = f", {adb.DEFER_FLUSH_NAME}" if defer_flush else ""
-    return f"""
-WITH {first}h AS (
-    UPDATE {HOLD}
-       SET status = 'settled', closed_at = %(now)s,
-           captured_nanos = CASE WHEN %(actual)s::bigint < amount_nanos THEN %(actual)s::bigint
-                                 ELSE amount_nanos END
-     WHERE request_id = %(rid)s AND status = 'open' AND captured_nanos IS NULL
-    RETURNING wallet_id, project_id, api_key_id, amount_nanos, captured_nanos, month
-), w AS (
-    UPDATE {WALLET} AS wl
-       SET balance_nanos = wl.balance_nanos - h.captured_nanos,
-           held_nanos = wl.held_nanos - h.amount_nanos,
-           auto_recharge_armed = CASE
-               WHEN wl.balance_nanos - h.captured_nanos >= wl.auto_recharge_threshold_nanos
-               THEN TRUE ELSE wl.auto_recharge_armed END,
-           updated_at = %(now)s
-      FROM h
-     WHERE wl.id = h.wallet_id
-    RETURNING wl.id, wl.balance_nanos,
-              (wl.auto_recharge_enabled AND wl.auto_recharge_armed
-               AND wl.balance_nanos < wl.auto_recharge_threshold_nanos) AS recharge_due
-), s AS (
-    UPDATE {SPEND} AS sp
-       SET held_nanos = sp.held_nanos - h.amount_nanos,
-           used_nanos = sp.used_nanos + h.captured_nanos
-      FROM h, w  -- reading w first keeps the lock order of hold_open: wallet, then spend
-     WHERE sp.project_id = h.project_id AND sp.month = h.month
-    RETURNING 1
-), l AS (
-    INSERT INTO {LEDGER} (wallet_id, kind, amount_nanos, balance_after_nanos, idempotency_key,
-                          project_id, api_key_id, request_id, external_ref, description,
-                          created_at)
-    SELECT w.id, 'usage', -h.captured_nanos, w.balance_nanos, 'usage:' || %(rid)s::varchar,
-           h.project_id, h.api_key_id, %(rid)s::varchar, '', %(desc)s::varchar,
-           %(now)s::timestamptz
-      FROM h, w
-     WHERE h.captured_nanos > 0
-    RETURNING 1
-)
-SELECT h.captured_nanos, w.id, w.recharge_due, (SELECT count(*) FROM s), (SELECT count(*) FROM l)
-  FROM h, w{also}
-"""
-
-
-_SETTLE_CTE = _settle_sql()
-
-
-def _settle_one_statement(*, request_id: str, actual_nanos: int, description: str) -> int | None:
-    """PostgreSQL: the open-hold settlement (hold, wallet, project spend, ledger) as ONE statement.
-
-    Locks the hold row, then the wallet, then the project's spend row (the order of
-    :func:`hold_open`). Returns what was charged, or ``None`` when no open hold matched.
-    """
-    with connection.cursor() as cur:
-        cur.execute(
-            _SETTLE_CTE,
-            {
-                "rid": request_id,
-                "actual": actual_nanos,
-                "desc": description[:255],
-                "now": timezone.now(),
-            },
-        )
-        row = cur.fetchone()
-    if row is None:
-        return None
-    charged, wallet_id, recharge_due = int(row[0]), int(row[1]), bool(row[2])
-    if recharge_due:
-        auto_recharge_on_commit(wallet_id=wallet_id)
-    return charged
-
-
-def _late_cap(*, request_id: str, claimed: _Claimed) -> tuple[int, str]:
-    """A settlement after expiry: charge at most what the wallet has available now.
-
-    The hold no longer reserves anything, so ``min(actual, hold)`` could overdraw the wallet
-    (another call may have spent the released money). Locks the wallet (after the hold row:
-    the lock order of every settlement) and returns ``(charged, note)``; when less than owed
-    can be collected, the hold's ``captured_nanos`` is lowered to what was charged and ``note``
-    says how much went uncollected.
-    """
-    owed = claimed.captured_nanos
-    balance, held = (
-        Wallet.objects.select_for_update()
-        .filter(pk=claimed.wallet_id)
-        .values_list("balance_nanos", "held_nanos")
-        .get()
-    )
-    collectable = max(balance - held, 0)
-    if owed <= collectable:
-        return owed, ""
-    Hold.objects.filter(request_id=request_id).update(captured_nanos=collectable)
-    return collectable, (
-        f"hold had expired: ${nanos_to_usd_str(owed - collectable)} of "
-        f"${nanos_to_usd_str(owed)} uncollected (${nanos_to_usd_str(collectable)} available)"
-    )
-
-
-def _settle_in_tx(
-    *, request_id: str, actual_nanos: int, description: str, one_statement: bool = True
-) -> int | None:
-    """The settlement's writes; must run inside a transaction. ``None``: no hold to settle."""
-    if one_statement and _use_one_statement():
-        charged = _settle_one_statement(
-            request_id=request_id, actual_nanos=actual_nanos, description=description
-        )
-        if charged is not None:
-            return charged
-    claimed = _claim(request_id=request_id, actual_nanos=actual_nanos, from_status=HoldStatus.OPEN)
-    late = False
-    if claimed is None:
-        claimed = _claim(
-            request_id=request_id, actual_nanos=actual_nanos, from_status=HoldStatus.EXPIRED
-        )
-        late = True
-    if claimed is None:
-        return None
-    held_delta = 0 if late else -claimed.amount_nanos
-    charged, note = (
-        _late_cap(request_id=request_id, claimed=claimed)
-        if late and claimed.captured_nanos
-        else (claimed.captured_nanos, "")
-    )
-    row = wallet_apply(wallet_id=claimed.wallet_id, balance_delta=-charged, held_delta=held_delta)
-    if claimed.project_id is not None:
-        with connection.cursor() as cur:
-            cur.execute(
-                f"UPDATE {SPEND} SET held_nanos = held_nanos + %s, used_nanos = used_nanos + %s"
-                " WHERE project_id = %s AND month = %s",
-                [held_delta, charged, claimed.project_id, claimed.month],
-            )
-    if charged or note:
-        # A late settlement that could collect nothing still gets its (zero) usage entry: the
-        # wallet's history shows the call and what went uncollected.
-        text = description or ("usage (after hold expiry)" if late else "")
-        if note:
-            text = f"{text[: 255 - len(note) - 2]}; {note}" if text else note
-        LedgerEntry.objects.create(
-            wallet_id=claimed.wallet_id,
-            kind=EntryKind.USAGE,
-            amount_nanos=-charged,
-            balance_after_nanos=row.balance_nanos,
-            idempotency_key=f"usage:{request_id}",
-            project_id=claimed.project_id,
-            api_key_id=claimed.api_key_id,
-            request_id=request_id,
-            description=text[:255],
-        )
-    if row.auto_recharge_due:
-        auto_recharge_on_commit(wallet_id=claimed.wallet_id)
-    return charged
-
-
-def hold_settle(*, request_id: str, actual_nanos: int, description: str = "") -> int:
-    """Charge ``min(actual_nanos, hold)`` and release the hold; returns the nano-USD charged.
-
-    All or nothing (hold transition, wallet, project spend, ledger entry), and exactly once: a
-    second call — sequential or concurrent — writes nothing and returns what the first charged.
-    Raises :class:`HoldNotFound` when ``request_id`` never had a hold.
-
-    - **In autocommit** (no ``atomic`` around the call): on PostgreSQL a single statement for an
-      open hold (its own transaction), else one durable ``atomic`` block.
-    - **Inside the caller's** ``transaction.atomic()``: the same writes join the caller's
-      transaction (the single statement on PostgreSQL, else a savepoint), so e.g. the request
-      log row and the settlement commit together::
-
-          with transaction.atomic():
-              RequestLog(...).save()
-              hold_settle(request_id=rid, actual_nanos=cost)
-
-      They also roll back with it: if the caller's block fails after this returns, the hold is
-      still open and the caller must settle again (e.g. without the log row). Until the caller
-      commits, a concurrent settle of the same hold waits on the hold row, then finds it closed.
-
-    A hold the sweeper already expired is charged at most what the wallet has available at
-    that moment (the released reservation may have been spent); what could not be collected is
-    noted in the ``usage`` entry's description and the hold's ``captured_nanos`` is what was
-    charged.
-    """
-    if actual_nanos < 0:
-        raise ValueError("actual_nanos must be >= 0")
-    in_caller_tx = transaction.get_connection().in_atomic_block
-    charged: int | None = None
-    if _use_one_statement():
-        # One statement: its own transaction in autocommit (no BEGIN/COMMIT round trips on the
-        # hot path), or part of the caller's transaction.
-        charged = _settle_one_statement(
-            request_id=request_id, actual_nanos=actual_nanos, description=description
-        )
-    if charged is None:
-        with transaction.atomic(durable=not in_caller_tx):
-            charged = _settle_in_tx(
-                request_id=request_id,
-                actual_nanos=actual_nanos,
-                description=description,
-                one_statement=False,
-            )
-    if charged is not None:
-        return charged
-    hold = Hold.objects.filter(request_id=request_id).values_list("captured_nanos").first()
-    if hold is None:
-        raise HoldNotFound(f"no hold for request {request_id}")
-    return hold[0] or 0
-
-
-# --- renewal ----------------------------------------------------------------------------------
-
-
-def holds_renew(*, request_ids: list[str], ttl_s: int) -> int:
-    """Push back the expiry of the holds of ``request_ids`` that are still open; returns how many.
-
-    Sets ``expires_at = now + ttl_s`` in one ``UPDATE``. A process that is still relaying a
-    call renews its hold periodically (well within ``ttl_s``), so the sweeper only expires the
-    holds of processes that died. Holds already settled or expired are left alone (a renewal
-    never reopens a hold).
-    """
-    if ttl_s <= 0:
-        raise ValueError("ttl_s must be > 0")
-    if not request_ids:
-        return 0
-    expires = timezone.now() + dt.timedelta(seconds=ttl_s)
-    return Hold.objects.filter(request_id__in=request_ids, status=HoldStatus.OPEN).update(
-        expires_at=expires
-    )
-
-
-# --- expiry -----------------------------------------------------------------------------------
-
-
-def hold_expire(*, hold_id: int) -> bool:
-    """Release one expired open hold: a zero-amount ``hold_expired`` entry (with the hold's
-    request id, project and key) shows it.
-
-    One durable transaction; False when the hold was no longer open (settled meanwhile).
-    """
-    with transaction.atomic(durable=True):
-        with connection.cursor() as cur:
-            cur.execute(
-                f"UPDATE {HOLD} SET status = %s, closed_at = %s WHERE id = %s AND status = %s"
-                " RETURNING wallet_id, project_id, api_key_id, amount_nanos, month, request_id",
-                [HoldStatus.EXPIRED, timezone.now(), hold_id, HoldStatus.OPEN],
-            )
-            row = cur.fetchone()
-            if row is None:
-                return False
-            wallet_id, project_id, api_key_id, amount, month, request_id = row
-            if project_id is not None:
-                cur.execute(
-                    f"UPDATE {SPEND} SET held_nanos = held_nanos - %s"
-                    " WHERE project_id = %s AND month = %s",
-                    [amount, project_id, month],
-                )
-        post_entry(
-            wallet_id=wallet_id,
-            amount_nanos=0,
-            held_delta=-amount,
-            kind=EntryKind.HOLD_EXPIRED,
-            idempotency_key=f"hold_expired:{request_id}",
-            project_id=project_id,
-            api_key_id=api_key_id,
-            request_id=request_id,
-            description=f"Hold of ${nanos_to_usd_str(amount)} released after expiry",
-        )
-    return True
-
-
-def holds_expire(*, now: dt.datetime | None = None, limit: int = 1000) -> int:
-    """Release every open hold whose ``expires_at`` has passed; returns how many."""
-    cutoff = now or timezone.now()
-    ids = list(
-        Hold.objects.filter(status=HoldStatus.OPEN, expires_at__lt=cutoff)
-        .order_by("expires_at")
-        .values_list("pk", flat=True)[:limit]
-    )
-    return sum(hold_expire(hold_id=pk) for pk in ids)
-
-
-# --- async ------------------------------------------------------------------------------------
-
-
-def _hold_open_thread(**kwargs: object) -> None:
-    try:
-        hold_open(**kwargs)  # type: ignore[arg-type]
-    finally:
-        close_old_connections()
-
-
-def _hold_settle_thread(**kwargs: object) -> int:
-    try:
-        return hold_settle(**kwargs)  # type: ignore[arg-type]
-    finally:
-        close_old_connections()
-
-
-def _holds_renew_thread(**kwargs: object) -> int:
-    try:
-        return holds_renew(**kwargs)  # type: ignore[arg-type]
-    finally:
-        close_old_connections()
-
-
-_hold_open_async = sync_to_async(_hold_open_thread, thread_sensitive=False)
-_hold_settle_async = sync_to_async(_hold_settle_thread, thread_sensitive=False)
-_holds_renew_async = sync_to_async(_holds_renew_thread, thread_sensitive=False)
+        if getattr(exc.__cause__, "sqlstate", None) != "23505":  # unique: the request id
+            raise
+        raise HoldExists(f"a hold for request {request_id} already exists") from exc
 
 
 async def ahold_open(
@@ -769,78 +287,100 @@ async def ahold_open(
     key_budget_nanos: int | None = None,
     ttl_s: int = 900,
 ) -> None:
-    """:func:`hold_open` for async code, same contract. On PostgreSQL the opening statement
-    runs on the loop (:mod:`config.adb`: no thread hop, prepared once per connection); elsewhere,
-    and for a refusal's explanation, in a worker thread.
+    """:func:`hold_open` on the event loop, same contract; the hold commits without waiting for
+    the disk.
 
-    On the loop the hold commits without waiting for the disk (:data:`config.adb.DEFER_FLUSH`),
-    so the wallet row is locked only while the statement runs. What a hold guards — that
-    concurrent calls never reserve more than the wallet has — rests on the commit being
-    visible, which it is at once. Durability follows with the call's settlement, which waits
-    for the disk (:func:`asettle`) and so flushes the hold before it. Only a PostgreSQL crash
-    within the flush delay (well under a second) can forget a hold, and then its reservation
-    with it; the call in flight cannot settle against that database anyway.
+    What a hold guards — that concurrent calls never reserve more than the wallet has — rests
+    on the commit being visible, which it is at once. Durability follows with the call's
+    settlement, which waits for the disk (:func:`asettle`) and so flushes the hold before it.
+    Only a PostgreSQL crash within the flush delay (well under a second) can forget a hold, and
+    its reservation with it; the call in flight cannot settle against that database anyway.
+    Without budgets only the wallet can refuse, and then nothing is written: the statement is
+    its own transaction (no BEGIN/COMMIT round trips).
     """
-    if amount_nanos < 0:
-        raise ValueError("amount_nanos must be >= 0")
-    if not adb.enabled():
-        await _hold_open_async(
-            organization_id=organization_id,
-            project_id=project_id,
-            api_key_id=api_key_id,
-            request_id=request_id,
-            amount_nanos=amount_nanos,
-            budget_nanos=budget_nanos,
-            key_budget_nanos=key_budget_nanos,
-            ttl_s=ttl_s,
-        )
-        return
-    params = _OpenParams.at(
-        timezone.now(),
-        org=organization_id,
-        project=project_id,
-        key=api_key_id,
-        rid=request_id,
-        amount=amount_nanos,
-        budget=budget_nanos,
-        ttl_s=ttl_s,
-    )
-    values = params.values()
+    hold = (organization_id, project_id, api_key_id, request_id, amount_nanos, budget_nanos)
+    p = _opening(True, *hold, key_budget=key_budget_nanos, ttl_s=ttl_s)
+    budgeted = p["budget"] is not None or p["key_budget"] is not None
     try:
-        if budget_nanos is None and key_budget_nanos is None:
-            # Without a budget only the wallet can refuse, and then nothing is written: the
-            # statement is its own transaction (no BEGIN/COMMIT round trips).
-            async with adb.connection() as conn:
-                if await adb.fetchrow(conn, _OPEN_ASYNC, values) is None:
-                    raise _Refused
-            return
-        async with adb.transaction() as conn:
-            if await adb.fetchrow(conn, _OPEN_ASYNC, values) is None:
-                raise _Refused  # rolls back a wallet reservation the budget refused
-            if key_budget_nanos is not None and api_key_id is not None:
-                row = await adb.fetchrow(conn, _KEY_SPENT_ASYNC, [api_key_id, params.month])
-                spent = int(row[0]) if row else 0
-                if spent > key_budget_nanos:
-                    raise _key_budget_refusal(
-                        spent=spent, amount_nanos=amount_nanos, budget_nanos=key_budget_nanos
-                    )
+        async with adb.transaction() if budgeted else adb.connection() as conn:
+            if await _afetchrow(conn, _OPEN, p) is None:
+                raise _Refused
+            if p["key_budget"] is not None:
+                _key_budget_check(p, await _afetchrow(conn, _KEY_SPENT, p))
     except _Refused:
-        raise await sync_to_async(_refusal_thread, thread_sensitive=False)(
-            organization_id=organization_id,
-            project_id=project_id,
-            month=params.month,
-            amount_nanos=amount_nanos,
-            budget_nanos=budget_nanos,
-        ) from None
+        async with adb.connection() as conn:
+            raise _refusal(p, await _afetchrow(conn, _REFUSAL, p)) from None
     except adb.UniqueViolation as exc:
         raise HoldExists(f"a hold for request {request_id} already exists") from exc
 
 
-def _refusal_thread(**kwargs: object) -> InsufficientQuota:
-    try:
-        return _refusal(**kwargs)  # type: ignore[arg-type]
-    finally:
-        close_old_connections()
+# --- settle -----------------------------------------------------------------------------------
+
+
+@functools.cache
+def _settle_sql(before: str | None = None) -> str:
+    """The settlement of an open *or expired* hold as ONE statement; ``before`` (data-modifying
+    SQL with named parameters, e.g. the request-log INSERT) runs in it whether or not a hold
+    matched. No row when nothing was claimable.
+
+    ``prev`` locks the hold row and re-checks it, so of two concurrent settlements only the
+    first claims it (the second waits, then finds it settled); ``c`` then locks the wallet and
+    reads its latest version before the hold, the wallet and the counter are written. An open
+    hold releases its reservation; an expired one was released by its expiry, so it is charged
+    at most what is available, ``max(balance − held, 0)``, and the rest noted in the entry.
+    """
+    first = f"pre AS ({before}), " if before else ""
+    note = (
+        f"'hold had expired: $' || {_usd('c.owed - c.charged')} || ' of $' || {_usd('c.owed')}"
+        f" || ' uncollected ($' || {_usd('c.charged')} || ' available)'"
+    )
+    return f"""
+WITH {adb.DEFER_FLUSH}, {first}prev AS MATERIALIZED (
+    SELECT id, wallet_id, project_id, api_key_id, amount_nanos, month, status = 'expired' AS late,
+           LEAST(%(actual)s::bigint, amount_nanos) AS owed
+      FROM {HOLD}
+     WHERE request_id = %(rid)s::varchar AND status IN ('open', 'expired')
+       AND captured_nanos IS NULL
+       FOR UPDATE
+), c AS MATERIALIZED (
+    SELECT prev.*, CASE WHEN prev.late THEN 0 ELSE prev.amount_nanos END AS released,
+           CASE WHEN prev.late
+                THEN LEAST(prev.owed, GREATEST(wl.balance_nanos - wl.held_nanos, 0))
+                ELSE prev.owed END AS charged
+      FROM prev JOIN {WALLET} AS wl ON wl.id = prev.wallet_id
+       FOR UPDATE OF wl
+), h AS (
+    UPDATE {HOLD} AS ho
+       SET status = 'settled', captured_nanos = c.charged, closed_at = %(now)s::timestamptz
+      FROM c WHERE ho.id = c.id
+), w AS (
+    UPDATE {WALLET} AS wl
+       SET balance_nanos = wl.balance_nanos - c.charged, held_nanos = wl.held_nanos - c.released,
+           auto_recharge_armed = {_REARMED.format("-c.charged")}, updated_at = %(now)s::timestamptz
+      FROM c WHERE wl.id = c.wallet_id
+    RETURNING wl.id, wl.balance_nanos, {_RECHARGE_DUE}
+), s AS (
+    UPDATE {SPEND} AS sp
+       SET held_nanos = sp.held_nanos - c.released, used_nanos = sp.used_nanos + c.charged
+      FROM c, w  -- reading w first keeps the lock order: wallet, then the counter
+     WHERE sp.project_id = c.project_id AND sp.month = c.month
+), l AS (
+    INSERT INTO {LEDGER} ({_LEDGER_COLUMNS})
+    SELECT w.id, 'usage', -c.charged, w.balance_nanos, 'usage:' || %(rid)s::varchar,
+           c.project_id, c.api_key_id, %(rid)s::varchar, '',
+           CASE WHEN NOT c.late THEN %(desc)s::varchar
+                WHEN c.charged = c.owed THEN %(late_desc)s::varchar
+                ELSE left(%(late_desc)s::varchar, 253 - length({note})) || '; ' || {note} END,
+           %(now)s::timestamptz
+      FROM c, w
+     WHERE c.charged > 0 OR c.owed > c.charged  -- a late one that collected nothing: 0 entry
+)
+SELECT c.charged, w.id, w.recharge_due FROM c, w, {adb.DEFER_FLUSH_NAME}
+"""
+
+
+# After a settlement that claimed nothing: a new statement, so it sees the one that won.
+_SETTLED = f"SELECT captured_nanos FROM {HOLD} WHERE request_id = %(rid)s::varchar"
 
 
 @dataclass(frozen=True, slots=True)
@@ -852,11 +392,60 @@ class Settled:
     recharge_wallet_id: int | None
 
 
-@functools.cache
-def _settle_after(statement: str | None) -> adb.Statement:
-    """The settlement for :mod:`config.adb`, with ``statement`` (data-modifying, named
-    parameters) run first in the same statement, its commit not waiting for the disk."""
-    return adb.Statement.compile(_settle_sql(pre=statement, defer_flush=True))
+def _settle_params(
+    request_id: str, actual_nanos: int, description: str, defer: bool
+) -> dict[str, Any]:
+    if actual_nanos < 0:
+        raise ValueError("actual_nanos must be >= 0")
+    return {
+        "rid": request_id,
+        "actual": actual_nanos,
+        "desc": description[:255],
+        "late_desc": (description or LATE_DESCRIPTION)[:255],
+        "now": timezone.now(),
+        "defer": defer,
+    }
+
+
+def _settled(row: Any) -> Settled | None:
+    return None if row is None else Settled(int(row[0]), int(row[1]) if row[2] else None)
+
+
+def _charged_before(request_id: str, row: Any) -> int:
+    """What an earlier settlement charged (``row``: :data:`_SETTLED`)."""
+    if row is None:
+        raise HoldNotFound(f"no hold for request {request_id}")
+    return int(row[0] or 0)
+
+
+def hold_settle(*, request_id: str, actual_nanos: int, description: str = "") -> int:
+    """Charge ``min(actual_nanos, hold)`` and release the hold; returns the nano-USD charged.
+
+    One statement, all or nothing: the hold, the wallet, the project's counter and one
+    ``usage`` ledger entry (key ``usage:<request_id>``, with project, key, request id and
+    ``description``). ``actual_nanos == 0`` writes **no** entry (the balance did not change).
+    Exactly once: a second call — sequential or concurrent — writes nothing and returns what
+    the first charged. Raises :class:`HoldNotFound` when ``request_id`` never had a hold.
+
+    - **In autocommit** the statement is its own transaction.
+    - **Inside the caller's** ``transaction.atomic()`` it joins that transaction, so e.g. the
+      request-log row and the settlement commit together — and roll back together: then the
+      hold is still open and the caller must settle again. Until the caller commits, a
+      concurrent settle of the same hold waits on the hold row, then finds it closed.
+
+    A hold the sweeper already expired is settled *late*: charged ``min(actual, hold)`` but
+    never more than the wallet has available then (its reservation was released and may have
+    been spent); the uncollected rest is noted in the entry's description (written even when
+    nothing could be collected) and the hold's ``captured_nanos`` is what was charged. A due
+    auto-recharge is queued on commit.
+    """
+    params = _settle_params(request_id, actual_nanos, description, defer=False)
+    settled = _settled(_fetchrow(_settle_sql(), params))
+    if settled is None:
+        return _charged_before(request_id, _fetchrow(_SETTLED, params))
+    if settled.recharge_wallet_id is not None:
+        auto_recharge_on_commit(wallet_id=settled.recharge_wallet_id)
+    return settled.charged
 
 
 async def asettle(
@@ -865,34 +454,25 @@ async def asettle(
     request_id: str,
     actual_nanos: int,
     description: str = "",
-    before: tuple[str, dict[str, object]] | None = None,
+    before: tuple[str, dict[str, Any]] | None = None,
 ) -> Settled | None:
-    """Settle ``request_id``'s **open** hold on ``conn`` with the single statement
-    :func:`hold_settle` uses on PostgreSQL (see its contract), in autocommit: the statement is
-    its own transaction. It returns once the settlement is on disk, like a synchronous commit,
+    """:func:`hold_settle`'s statement on ``conn`` (the event loop), in autocommit, open and
+    late holds alike. It returns once the settlement is on disk, like a synchronous commit,
     but the wallet row is locked only while the statement runs, not while PostgreSQL flushes
     (:func:`config.adb.flush`): calls of one organization do not queue behind each other's
     disk writes.
 
     ``before`` is the caller's own write, ``(sql, params)`` with named parameters (e.g. the
-    request-log row): it runs inside the same statement, so both commit together or neither
-    does. It runs whether or not a hold matched.
+    request-log row): it runs inside the same statement, whether or not a hold matched, so
+    both commit together or neither does (if it fails, the hold is as it was).
 
-    ``None`` when no open hold matched (settled already, expired, or never opened): the caller
-    then uses :func:`hold_settle`, which handles each of those (``before`` is written then).
-    After it, the caller passes ``recharge_wallet_id`` to :func:`arequest_recharge`.
+    ``None`` when nothing was claimable: already settled (by an earlier or a concurrent call)
+    or never opened. Otherwise pass ``recharge_wallet_id`` to :func:`arequest_recharge`.
     """
-    params: dict[str, object] = {
-        "rid": request_id,
-        "actual": actual_nanos,
-        "desc": description[:255],
-        "now": timezone.now(),
-    }
+    params = _settle_params(request_id, actual_nanos, description, defer=True)
     if before is not None:
         params.update(before[1])
-    row = await adb.fetchrow(conn, _settle_after(before[0] if before is not None else None), params)
-    # The statement committed without waiting for the disk, so the wallet row's lock was held
-    # only while it ran; the caller answers only once the settlement is durable.
+    row = await _afetchrow(conn, _settle_sql(before[0] if before else None), params)
     try:
         await adb.flush(conn)
     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
@@ -900,9 +480,22 @@ async def asettle(
         # what was done: settling again would find the hold closed, re-inserting ``before``
         # would fail on its unique key.
         log.warning("settlement of %s committed, its flush failed: %r", request_id, exc)
-    if row is None:
-        return None
-    return Settled(charged=int(row[0]), recharge_wallet_id=int(row[1]) if row[2] else None)
+    return _settled(row)
+
+
+async def ahold_settle(*, request_id: str, actual_nanos: int, description: str = "") -> int:
+    """:func:`hold_settle` on the event loop (:func:`asettle`), same contract; a due
+    auto-recharge is asked for after the commit."""
+    async with adb.connection() as conn:
+        settled = await asettle(
+            conn, request_id=request_id, actual_nanos=actual_nanos, description=description
+        )
+        if settled is None:
+            row = await _afetchrow(conn, _SETTLED, {"rid": request_id})
+            return _charged_before(request_id, row)
+    if settled.recharge_wallet_id is not None:
+        await arequest_recharge(settled.recharge_wallet_id)
+    return settled.charged
 
 
 async def arequest_recharge(wallet_id: int) -> None:
@@ -911,13 +504,93 @@ async def arequest_recharge(wallet_id: int) -> None:
     await sync_to_async(auto_recharge_enqueue, thread_sensitive=False)(wallet_id)
 
 
-async def ahold_settle(*, request_id: str, actual_nanos: int, description: str = "") -> int:
-    """:func:`hold_settle` for async code (runs in a worker thread; same contract)."""
-    return await _hold_settle_async(
-        request_id=request_id, actual_nanos=actual_nanos, description=description
-    )
+# --- renewal ----------------------------------------------------------------------------------
+
+_RENEW = f"""
+WITH r AS (
+    UPDATE {HOLD} SET expires_at = %(expires)s::timestamptz
+     WHERE request_id = ANY(%(rids)s::varchar[]) AND status = 'open'
+    RETURNING 1
+)
+SELECT count(*) FROM r
+"""
+
+
+def _renew_params(request_ids: list[str], ttl_s: int) -> dict[str, Any] | None:
+    if ttl_s <= 0:
+        raise ValueError("ttl_s must be > 0")
+    expires = timezone.now() + dt.timedelta(seconds=ttl_s)
+    return {"rids": list(request_ids), "expires": expires} if request_ids else None
+
+
+def holds_renew(*, request_ids: list[str], ttl_s: int) -> int:
+    """Push the expiry of the holds of ``request_ids`` that are still open to now + ``ttl_s``
+    (one ``UPDATE``); returns how many. A process relaying a call renews its hold well within
+    ``ttl_s``, so the sweeper only expires the holds of processes that died. Settled or expired
+    holds are left alone (a renewal never reopens a hold)."""
+    params = _renew_params(request_ids, ttl_s)
+    return 0 if params is None else int(_fetchrow(_RENEW, params)[0])
 
 
 async def aholds_renew(*, request_ids: list[str], ttl_s: int) -> int:
-    """:func:`holds_renew` for async code (runs in a worker thread; same contract)."""
-    return await _holds_renew_async(request_ids=list(request_ids), ttl_s=ttl_s)
+    """:func:`holds_renew` on the event loop, same contract."""
+    if (params := _renew_params(request_ids, ttl_s)) is None:
+        return 0
+    async with adb.connection() as conn:
+        return int((await _afetchrow(conn, _RENEW, params))[0])
+
+
+# --- expiry -----------------------------------------------------------------------------------
+
+# Hold → expired, its counter and wallet reservation released, and the zero-amount
+# ``hold_expired`` entry that shows it (lock order: hold, wallet, counter).
+_EXPIRE = f"""
+WITH h AS (
+    UPDATE {HOLD} SET status = 'expired', closed_at = %(now)s::timestamptz
+     WHERE id = %(id)s::bigint AND status = 'open'
+    RETURNING wallet_id, project_id, api_key_id, amount_nanos, month, request_id
+), w AS (
+    UPDATE {WALLET} AS wl
+       SET held_nanos = wl.held_nanos - h.amount_nanos, auto_recharge_armed = {_REARMED.format(0)},
+           updated_at = %(now)s::timestamptz
+      FROM h WHERE wl.id = h.wallet_id
+    RETURNING wl.id, wl.organization_id, wl.balance_nanos, {_RECHARGE_DUE}
+), s AS (
+    UPDATE {SPEND} AS sp SET held_nanos = sp.held_nanos - h.amount_nanos
+      FROM h, w WHERE sp.project_id = h.project_id AND sp.month = h.month
+), l AS (
+    INSERT INTO {LEDGER} ({_LEDGER_COLUMNS})
+    SELECT w.id, 'hold_expired', 0, w.balance_nanos, 'hold_expired:' || h.request_id,
+           h.project_id, h.api_key_id, h.request_id, '',
+           'Hold of $' || {_usd("h.amount_nanos")} || ' released after expiry',
+           %(now)s::timestamptz
+      FROM h, w
+)
+SELECT w.id, w.organization_id, w.recharge_due FROM h, w
+"""
+
+
+def hold_expire(*, hold_id: int) -> bool:
+    """Release one expired open hold: a zero-amount ``hold_expired`` entry (key
+    ``hold_expired:<request_id>``, with the hold's request id, project and key) shows it, and
+    the organization's open dashboards are told. One statement (its own transaction in
+    autocommit); False when the hold was no longer open (settled meanwhile)."""
+    row = _fetchrow(_EXPIRE, {"id": hold_id, "now": timezone.now()})
+    if row is None:
+        return False
+    wallet_id, organization_id, recharge_due = row
+    if recharge_due:
+        auto_recharge_on_commit(wallet_id=wallet_id)
+    live.announce_wallet_change_on_commit(organization_id)
+    return True
+
+
+def holds_expire(*, now: dt.datetime | None = None, limit: int = 1000) -> int:
+    """Release every open hold whose ``expires_at`` has passed; returns how many."""
+    cutoff = now or timezone.now()
+    ids = list(
+        Hold.objects.filter(status=HoldStatus.OPEN, expires_at__lt=cutoff)
+        .order_by("expires_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    return sum(hold_expire(hold_id=pk) for pk in ids)

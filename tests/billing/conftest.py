@@ -1,4 +1,4 @@
-"""Billing fixtures: organizations with funded wallets, a PostgreSQL-only marker."""
+"""Billing fixtures: organizations with funded wallets, Stripe offline."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import stripe
-from django.db import connection
 
 from accounts.models import ApiKey, Organization, Project
 from accounts.services import api_key_create, organization_create, project_create
@@ -59,12 +58,6 @@ def request_log(tenant: Tenant, request_id: str, cost_nanos: int) -> RequestLog:
         http_status=200,
         cost_nanos=cost_nanos,
     )
-
-
-def postgres_only(why: str = "concurrent row locking") -> None:
-    """Skip unless on PostgreSQL, saying ``why`` the property proven needs it."""
-    if connection.vendor != "postgresql":
-        pytest.skip(f"needs PostgreSQL ({why}); CI runs it with DATABASE_URL=postgres://…")
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from billing.audit import EXPIRY_GRACE_S, audit_findings
 from billing.models import EntryKind, Hold, LedgerEntry, Wallet
 from billing.services import hold_settle, holds_expire
 from inference.models import RequestLog
-from tests.billing.conftest import USD, open_hold, postgres_only, request_log
+from tests.billing.conftest import USD, open_hold, request_log
 
 pytestmark = pytest.mark.django_db
 
@@ -114,7 +114,6 @@ def test_an_edited_entry_is_found_by_the_chain_alone(make_tenant):
     """The issue's case: a row edited so that the sums still agree but the chain does not.
     Only a superuser can do it (the trigger refuses everyone else): replica mode skips
     triggers for this transaction."""
-    postgres_only("session_replication_role to bypass the ledger trigger")
     t = make_tenant(balance_nanos=10 * USD)
     _call(t, "a", USD)
     _call(t, "b", USD)

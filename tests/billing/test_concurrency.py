@@ -1,4 +1,5 @@
-"""Concurrency on PostgreSQL: holds from several threads and processes, double settles.
+"""Concurrency on PostgreSQL: holds from several threads and processes, double settles (open
+and late), settles and expiries racing for one hold.
 
 Prints the figures (run with ``-s``): holds tried/succeeded, lowest balance and available
 seen while the holds raced, and the drift between the wallet and its ledger.
@@ -6,6 +7,8 @@ seen while the holds raced, and the drift between the wallet and its ledger.
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import json
 import os
 import subprocess
@@ -15,14 +18,17 @@ import time
 
 import pytest
 from django.conf import settings
-from django.db import connections
+from django.db import connections, transaction
+from django.utils import timezone
 
 from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Wallet
 from billing.selectors import ledger_sum
-from billing.services import hold_settle
+from billing.services import Settled, asettle, hold_settle, holds_expire
+from billing.services.holds import hold_expire
+from config import adb
 from tests.billing.attempts import HoldAttempts
-from tests.billing.conftest import open_hold, postgres_only
+from tests.billing.conftest import open_hold
 from tests.live import shared_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -83,7 +89,6 @@ class _Monitor(threading.Thread):
 
 
 def test_holds_from_threads_and_processes_never_overspend(make_tenant):
-    postgres_only()
     tenant = make_tenant(balance_nanos=AFFORDABLE * AMOUNT)
     wallet_id = Wallet.objects.get(organization=tenant.org).pk
     procs = [_spawn(tenant, f"p{n}") for n in range(PROCESSES)]
@@ -177,7 +182,6 @@ def test_holds_from_threads_and_processes_never_overspend(make_tenant):
 
 
 def test_concurrent_double_settle_is_one_debit(make_tenant):
-    postgres_only()
     tenant = make_tenant(balance_nanos=100 * AMOUNT)
     rids = [f"ds-{i}" for i in range(20)]
     for rid in rids:
@@ -211,3 +215,120 @@ def test_concurrent_double_settle_is_one_debit(make_tenant):
     assert wallet.held_nanos == 0
     assert wallet.balance_nanos == ledger_sum(wallet_id=wallet.pk)
     assert sorted(results).count(AMOUNT) % 2 == 0
+
+
+def _expired(tenant, rids: list[str], amount: int) -> None:
+    for rid in rids:
+        open_hold(tenant, rid, amount, ttl_s=1)
+    assert holds_expire(now=timezone.now() + dt.timedelta(seconds=5)) == len(rids)
+
+
+def test_concurrent_late_settles_of_one_expired_hold_settle_once(make_tenant):
+    """Two settles of each expired hold at once, from threads (Django's cursor) and on the
+    event loop (``asettle``): each hold is charged once, both callers of a pair see that one
+    charge, and the expiry's release is not released again."""
+    tenant = make_tenant(balance_nanos=100 * AMOUNT)
+    threaded, looped = [f"lt-{i}" for i in range(10)], [f"ll-{i}" for i in range(10)]
+    _expired(tenant, threaded + looped, 3 * AMOUNT)
+    results: list[int] = []
+    gate = threading.Barrier(2 * len(threaded))
+
+    def settle(rid: str) -> None:
+        try:
+            gate.wait()
+            results.append(hold_settle(request_id=rid, actual_nanos=2 * AMOUNT))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=settle, args=(rid,)) for rid in threaded for _ in "ab"]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert results == [2 * AMOUNT] * (2 * len(threaded))
+
+    async def on_loop(rid: str) -> Settled | None:
+        async with adb.connection() as conn:
+            return await asettle(conn, request_id=rid, actual_nanos=2 * AMOUNT)
+
+    async def race() -> list[Settled | None]:
+        try:
+            return await asyncio.gather(*(on_loop(rid) for rid in looped for _ in "ab"))
+        finally:
+            await adb.close()
+
+    settled = asyncio.run(race())
+    for pair in zip(settled[::2], settled[1::2], strict=True):
+        assert sorted(s is None for s in pair) == [False, True]  # one claims it, one finds none
+        assert next(s for s in pair if s is not None).charged == 2 * AMOUNT
+    wallet = Wallet.objects.get(organization=tenant.org)
+    usage = LedgerEntry.objects.filter(wallet=wallet, kind=EntryKind.USAGE)
+    assert usage.count() == 20 and all(e.amount_nanos == -2 * AMOUNT for e in usage)
+    assert (wallet.balance_nanos, wallet.held_nanos) == (60 * AMOUNT, 0)
+    assert not Hold.objects.exclude(status=HoldStatus.SETTLED).exists()
+    assert not audit_findings().money
+
+
+def _wait_for_a_lock_wait() -> None:
+    deadline = time.monotonic() + 10
+    with connections["default"].cursor() as cur:
+        while time.monotonic() < deadline:
+            cur.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            if cur.fetchone()[0]:
+                return
+            time.sleep(0.01)
+    raise AssertionError("the settle never waited on the hold row")
+
+
+def test_a_settle_waiting_on_the_expiry_of_its_hold_settles_it_late(make_tenant):
+    """READ COMMITTED re-check: the settle started while the sweeper held the hold row; once
+    the expiry commits, the settle sees an expired hold and the wallet as the expiry left it
+    (its statement's snapshot still had the reservation): charged from what is available now,
+    and the reservation the expiry released is not released twice."""
+    tenant = make_tenant(balance_nanos=10 * AMOUNT)
+    open_hold(tenant, "race", 4 * AMOUNT)
+    open_hold(tenant, "other", 6 * AMOUNT)  # nothing available until the expiry
+    outcome: list[int] = []
+
+    def settle() -> None:
+        try:
+            outcome.append(hold_settle(request_id="race", actual_nanos=3 * AMOUNT))
+        finally:
+            connections.close_all()
+
+    settler = threading.Thread(target=settle)
+    with transaction.atomic():
+        assert hold_expire(hold_id=Hold.objects.get(request_id="race").pk)
+        settler.start()
+        _wait_for_a_lock_wait()
+    settler.join()
+    assert outcome == [3 * AMOUNT]  # 4 available once the expiry committed
+    usage = LedgerEntry.objects.get(request_id="race", kind=EntryKind.USAGE)
+    assert usage.description == "usage (after hold expiry)"
+    wallet = Wallet.objects.get(organization=tenant.org)
+    assert (wallet.balance_nanos, wallet.held_nanos) == (7 * AMOUNT, 6 * AMOUNT)
+    assert not audit_findings().money
+
+
+def test_an_expiry_waiting_on_a_settle_of_its_hold_releases_nothing(make_tenant):
+    tenant = make_tenant(balance_nanos=10 * AMOUNT)
+    open_hold(tenant, "race", 4 * AMOUNT)
+    expired: list[bool] = []
+
+    def expire(hold_id: int) -> None:
+        try:
+            expired.append(hold_expire(hold_id=hold_id))
+        finally:
+            connections.close_all()
+
+    sweeper = threading.Thread(target=expire, args=(Hold.objects.get(request_id="race").pk,))
+    with transaction.atomic():
+        assert hold_settle(request_id="race", actual_nanos=AMOUNT) == AMOUNT
+        sweeper.start()
+        _wait_for_a_lock_wait()
+    sweeper.join()
+    assert expired == [False]
+    assert not LedgerEntry.objects.filter(kind=EntryKind.HOLD_EXPIRED).exists()
+    wallet = Wallet.objects.get(organization=tenant.org)
+    assert (wallet.balance_nanos, wallet.held_nanos) == (9 * AMOUNT, 0)
+    assert not audit_findings().money

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import random
 
 import pytest
 from django.core.management import call_command
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from billing.audit import audit_findings
@@ -19,33 +20,19 @@ from billing.services import (
     holds_expire,
     holds_renew,
 )
+from billing.services.holds import _usd
 from config.errors import InsufficientQuota
+from money.usd import nanos_to_usd_str
 from tests.billing.conftest import USD, open_hold, request_log
 
 pytestmark = pytest.mark.django_db
-
-PATHS = [pytest.param(True, id="one-statement"), pytest.param(False, id="steps")]
-
-
-@pytest.fixture
-def one(request, monkeypatch):
-    """Run a test on the one-statement (PostgreSQL) path or on the portable steps."""
-    from django.db import connection
-
-    from billing.services import holds
-
-    if request.param and connection.vendor != "postgresql":
-        pytest.skip("the one-statement path is PostgreSQL only")
-    monkeypatch.setattr(holds, "_use_one_statement", lambda: request.param)
-    return request.param
 
 
 def _wallet(t) -> Wallet:
     return Wallet.objects.get(organization=t.org)
 
 
-@pytest.mark.parametrize("one", PATHS, indirect=True)
-def test_hold_reserves_and_settle_debits_actual_capped(make_tenant, one):
+def test_hold_reserves_and_settle_debits_actual_capped(make_tenant):
     t = make_tenant(balance_nanos=10 * USD)
     open_hold(t, "req_a", 3 * USD)
     assert wallet_summary(organization_id=t.org.pk).available_nanos == 7 * USD
@@ -65,8 +52,7 @@ def test_hold_reserves_and_settle_debits_actual_capped(make_tenant, one):
     assert not audit_findings().money
 
 
-@pytest.mark.parametrize("one", PATHS, indirect=True)
-def test_insufficient_wallet_is_402_and_writes_nothing(make_tenant, one):
+def test_insufficient_wallet_is_402_and_writes_nothing(make_tenant):
     t = make_tenant(balance_nanos=USD)
     with pytest.raises(InsufficientQuota) as err:
         open_hold(t, "req_x", USD + 1)
@@ -88,8 +74,7 @@ def test_no_wallet_is_insufficient_quota(make_tenant):
     assert err.value.code == "insufficient_quota"
 
 
-@pytest.mark.parametrize("one", PATHS, indirect=True)
-def test_project_budget_counts_usage_and_open_holds(make_tenant, one):
+def test_project_budget_counts_usage_and_open_holds(make_tenant):
     t = make_tenant(balance_nanos=100 * USD, budget_nanos=5 * USD)
     open_hold(t, "r1", 2 * USD, budget_nanos=5 * USD)
     hold_settle(request_id="r1", actual_nanos=2 * USD)  # used 2
@@ -199,8 +184,7 @@ def test_renewal_keeps_live_holds_from_expiring(make_tenant):
     assert Hold.objects.get(request_id="dead").status == HoldStatus.EXPIRED
 
 
-@pytest.mark.parametrize("one", PATHS, indirect=True)
-def test_late_settlement_charges_at_most_what_is_available(make_tenant, one):
+def test_late_settlement_charges_at_most_what_is_available(make_tenant):
     """The expired hold's money was reserved again by another call: the late settlement
     takes only what is left, never driving the balance below what is held or below zero."""
     t = make_tenant(balance_nanos=10 * USD)
@@ -236,8 +220,7 @@ def test_late_settlement_with_nothing_available_writes_a_zero_entry(make_tenant)
     assert not audit_findings().money
 
 
-@pytest.mark.parametrize("one", PATHS, indirect=True)
-def test_settle_inside_the_callers_transaction_with_the_request_log(make_tenant, one):
+def test_settle_inside_the_callers_transaction_with_the_request_log(make_tenant):
     t = make_tenant(balance_nanos=10 * USD)
     open_hold(t, "req_a", 3 * USD)
     with transaction.atomic():
@@ -248,3 +231,15 @@ def test_settle_inside_the_callers_transaction_with_the_request_log(make_tenant,
         assert hold_settle(request_id="req_a", actual_nanos=2 * USD) == 2 * USD
     assert LedgerEntry.objects.filter(kind=EntryKind.USAGE).count() == 1
     assert audit_findings().drift == []  # the request log and its entry agree
+
+
+def test_the_statements_write_amounts_in_usd_as_money_usd_does():
+    """The expiry's and the late settlement's descriptions are written by SQL; its rendering of
+    nano-USD is :func:`money.usd.nanos_to_usd_str`'s, digit for digit."""
+    rng = random.Random(7)
+    values = [0, 1, 9, 10, 100, 123_456_789, USD - 1, USD, USD + 1, 2_500_000_000, 2**63 - 1]
+    values += [rng.randrange(10 ** rng.randrange(1, 19)) for _ in range(500)]
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT v, {_usd('v')} FROM unnest(%s::bigint[]) AS t(v)", [values])
+        rendered = dict(cur.fetchall())
+    assert rendered == {v: nanos_to_usd_str(v) for v in values}

@@ -13,7 +13,7 @@ from billing.services import CODE_KEY_BUDGET, ahold_open, hold_settle
 from config import adb
 from config.errors import InsufficientQuota
 from tests.billing.attempts import HoldAttempts
-from tests.billing.conftest import USD, open_hold, postgres_only
+from tests.billing.conftest import USD, open_hold
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,7 +27,6 @@ def _open(tenant, key_id: int, rid: str, amount: int, key_budget: int | None) ->
 
 
 def test_concurrent_holds_on_one_key_never_exceed_its_budget(make_tenant):
-    postgres_only()
     tenant = make_tenant(balance_nanos=USD)  # the wallet could pay for every hold
     budget = 5 * AMOUNT
     holds = HoldAttempts(**tenant.hold_owner(), amount_nanos=AMOUNT, key_budget_nanos=budget)
@@ -56,7 +55,6 @@ def test_concurrent_holds_on_one_key_never_exceed_its_budget(make_tenant):
 
 def test_concurrent_async_holds_on_one_key_never_exceed_its_budget(make_tenant):
     """The request path's own opening (``ahold_open`` on the event loop's pool) under load."""
-    postgres_only()
     tenant = make_tenant(balance_nanos=USD)
     budget = 7 * AMOUNT
 

@@ -12,7 +12,7 @@ from django.db.backends.utils import CursorWrapper
 from accounts.services import project_create
 from billing.models import EntryKind, LedgerEntry
 from billing.services import hold_settle
-from tests.billing.conftest import USD, open_hold, postgres_only
+from tests.billing.conftest import USD, open_hold
 
 pytestmark = pytest.mark.django_db
 
@@ -75,7 +75,6 @@ def test_deleting_a_key_and_its_project_nulls_their_attribution(entry):
 
 def test_delete_is_refused(entry):
     # SQLite: Django's test runner empties tables with DELETE, so no trigger refuses it there.
-    postgres_only("the ledger's DELETE trigger")
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
         LedgerEntry.objects.filter(pk=entry.pk).delete()
     assert LedgerEntry.objects.filter(pk=entry.pk).exists()
@@ -93,7 +92,6 @@ def _new_role(cur: CursorWrapper) -> str:
 
 def test_truncate_is_refused_to_a_role_that_does_not_own_the_ledger(entry):
     """Even with the TRUNCATE privilege granted (e.g. a careless ``GRANT ALL``)."""
-    postgres_only("roles and TRUNCATE")
     with connection.cursor() as cur:
         role = _new_role(cur)
         cur.execute(f"GRANT TRUNCATE, SELECT ON billing_ledgerentry TO {role}")
@@ -117,7 +115,6 @@ def test_truncate_is_refused_to_a_role_that_does_not_own_the_ledger(entry):
 
 def test_the_documented_app_role_grants_append_and_reference_nulling_only(entry):
     """docs/billing.md's GRANTs, applied to a fresh non-superuser role, do what they say."""
-    postgres_only("roles and GRANTs")
     with connection.cursor() as cur:
         role = _new_role(cur)
         cur.execute(

@@ -11,7 +11,7 @@ from billing.models import EntryKind, LedgerEntry, Wallet
 from billing.services import hold_settle
 from billing.services.recharge import auto_recharge_wallet
 from billing.tasks import auto_recharge_sweep
-from tests.billing.conftest import USD, arm_auto_recharge, open_hold, postgres_only
+from tests.billing.conftest import USD, arm_auto_recharge, open_hold
 
 
 def _spend(tenant, rid: str, amount: int) -> None:
@@ -62,7 +62,6 @@ def test_decline_is_recorded_and_not_retried_until_the_next_crossing(
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_triggers_charge_once(make_tenant, stripe_settings):
-    postgres_only()
     tenant = make_tenant(balance_nanos=USD)
     arm_auto_recharge(tenant)
     outcomes: list[str] = []

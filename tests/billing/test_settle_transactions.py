@@ -1,22 +1,24 @@
 """``hold_settle`` in autocommit and inside the caller's transaction, with real commits.
 
 Transactional tests (no test-wide transaction around them), so autocommit is real autocommit,
-a rollback of the caller's block really undoes the settlement, and the async twins' worker
-threads (their own connections) see committed rows.
+a rollback of the caller's block really undoes the settlement, and the async twins (the event
+loop's own connections) see committed rows.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from asgiref.sync import async_to_sync
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Wallet
 from billing.services import aholds_renew, hold_settle
+from config import adb
 from inference.models import RequestLog
-from tests.billing.conftest import USD, open_hold, postgres_only, request_log
+from tests.billing.conftest import USD, open_hold, request_log
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,8 +27,7 @@ class _Boom(Exception):
     pass
 
 
-def test_autocommit_settle_is_one_statement_on_postgresql(make_tenant):
-    postgres_only("the one-statement settlement")
+def test_autocommit_settle_is_one_statement(make_tenant):
     t = make_tenant(balance_nanos=10 * USD)
     open_hold(t, "auto", USD)
     assert not connection.in_atomic_block
@@ -66,11 +67,18 @@ def test_a_rolled_back_callers_block_leaves_the_hold_open_to_settle_again(make_t
     assert not audit_findings().money
 
 
-def test_async_renewal_commits_from_its_worker_thread(make_tenant):
+def test_async_renewal_commits_on_the_loop(make_tenant):
     t = make_tenant(balance_nanos=10 * USD)
     open_hold(t, "r1", USD)
     open_hold(t, "r2", USD)
     hold_settle(request_id="r2", actual_nanos=0)
     before = Hold.objects.get(request_id="r1").expires_at
-    assert async_to_sync(aholds_renew)(request_ids=["r1", "r2"], ttl_s=3600) == 1
+
+    async def renew() -> int:
+        try:
+            return await aholds_renew(request_ids=["r1", "r2"], ttl_s=3600)
+        finally:
+            await adb.close()
+
+    assert asyncio.run(renew()) == 1
     assert Hold.objects.get(request_id="r1").expires_at > before

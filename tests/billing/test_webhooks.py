@@ -18,7 +18,6 @@ from tests.billing.conftest import (
     USD,
     WEBHOOK_SECRET,
     arm_auto_recharge,
-    postgres_only,
     signed,
     stripe_event,
 )
@@ -247,7 +246,6 @@ def test_unattributable_event_is_stored_failed_without_money(client, stripe_sett
 def test_duplicate_storm_over_http_is_credited_once(
     live_url, make_tenant, stripe_settings, monkeypatch
 ):
-    postgres_only()
     tenant = make_tenant()
     topup = _start_topup(tenant, monkeypatch)
     event = stripe_event(

@@ -1,6 +1,6 @@
 """The ``/v1`` hot path stays lean: what one chat call asks of PostgreSQL and Redis is counted,
-and its money statements run on the event loop (``config.adb``) with the same guarantees as
-the ORM path they replace. No timings: counts and ledger facts only.
+and its money statements run on the event loop (``config.adb``) with the guarantees of
+``billing.services.holds``. No timings: counts and ledger facts only.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import asyncpg
 import psycopg
 import pytest
 import redis
-from django.db import connection
 
+from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Wallet
 from billing.services import hold_open
 from billing.services.holds import hold_expire
@@ -24,12 +24,7 @@ from config import live, resp
 from inference import pipeline
 from inference.models import RequestLog, RequestStatus
 
-pytestmark = [
-    pytest.mark.usefixtures("fake_catalog"),
-    pytest.mark.skipif(
-        connection.vendor != "postgresql", reason="the loop path is PostgreSQL's (DATABASE_URL)"
-    ),
-]
+pytestmark = pytest.mark.usefixtures("fake_catalog")
 MESSAGES = [{"role": "user", "content": "count me"}]
 # asyncpg's methods that send a statement (BEGIN and COMMIT go through ``execute``).
 _ASYNCPG_STATEMENTS = ("execute", "executemany", "fetch", "fetchrow", "fetchval")
@@ -141,20 +136,20 @@ def _held_call(org_key: str, request_id: str, amount: int) -> RequestLog:
     )
 
 
-def _settle_on_loop(row: RequestLog, cost: int) -> bool:
-    async def run() -> bool:
+def _settle_on_loop(row: RequestLog, cost: int) -> None:
+    async def run() -> None:
         try:
-            return await pipeline._record_and_settle_on_loop(row, True, cost)
+            await pipeline._record_and_settle_on_loop(row, True, cost)
         finally:
             await pipeline.close_clients()
 
-    return asyncio.run(run())
+    asyncio.run(run())
 
 
 def test_the_log_row_and_the_settlement_commit_together_on_the_loop(issue_key, transactional_db):
     key = issue_key(credit_usd="1")
     row = _held_call(key, "req_loop_ok", 10_000)
-    assert _settle_on_loop(row, 700) is True
+    _settle_on_loop(row, 700)
     stored = RequestLog.objects.get(request_id="req_loop_ok")
     assert stored.routing == {"mode": "pinned", "note": "text with a NUL  in it"}
     assert Hold.objects.get(request_id="req_loop_ok").status == HoldStatus.SETTLED
@@ -164,9 +159,27 @@ def test_the_log_row_and_the_settlement_commit_together_on_the_loop(issue_key, t
     assert (wallet.balance_nanos, wallet.held_nanos) == (1_000_000_000 - 700, 0)
 
 
-def test_a_row_that_cannot_be_written_leaves_nothing_half_done(issue_key, transactional_db):
-    """A failing INSERT (a duplicate request id) fails the whole statement: the hold is still
-    open and no usage entry exists, so the ORM path can settle it alone."""
+def test_a_row_the_database_refuses_is_settled_alone_with_a_minimal_row(
+    issue_key, transactional_db, monkeypatch
+):
+    """The row's INSERT fails inside the settlement's statement (a NUL the cleaning would have
+    removed reaches the JSON column): that statement writes nothing, then the hold is settled
+    alone and a minimal ``log_write_failed`` row written — charged once, logged once."""
+    monkeypatch.setattr(pipeline, "_clean_row", lambda row: None)
+    key = issue_key(credit_usd="1")
+    row = _held_call(key, "req_loop_refused", 10_000)
+    _settle_on_loop(row, 700)
+    stored = RequestLog.objects.get(request_id="req_loop_refused")
+    assert (stored.error_code, stored.routing, stored.cost_nanos) == ("log_write_failed", {}, 700)
+    entry = LedgerEntry.objects.get(request_id="req_loop_refused", kind=EntryKind.USAGE)
+    assert entry.amount_nanos == -700
+    wallet = Wallet.objects.get(pk=entry.wallet_id)
+    assert (wallet.balance_nanos, wallet.held_nanos) == (1_000_000_000 - 700, 0)
+
+
+def test_a_row_that_cannot_be_written_at_all_still_settles_the_hold(issue_key, transactional_db):
+    """A duplicate request id fails the row's statement as a whole (nothing half done) and the
+    minimal row too; the money comes first: the hold is settled alone, exactly once."""
     key = issue_key(credit_usd="1")
     row = _held_call(key, "req_loop_dup", 10_000)
     RequestLog.objects.create(
@@ -176,9 +189,12 @@ def test_a_row_that_cannot_be_written_leaves_nothing_half_done(issue_key, transa
         status=RequestStatus.OK,
         http_status=200,
     )
-    assert _settle_on_loop(row, 700) is False
-    assert Hold.objects.get(request_id="req_loop_dup").status == HoldStatus.OPEN
-    assert not LedgerEntry.objects.filter(request_id="req_loop_dup", kind=EntryKind.USAGE)
+    with pytest.raises(asyncpg.UniqueViolationError):
+        _settle_on_loop(row, 700)
+    assert RequestLog.objects.filter(request_id="req_loop_dup").count() == 1
+    assert Hold.objects.get(request_id="req_loop_dup").status == HoldStatus.SETTLED
+    entry = LedgerEntry.objects.get(request_id="req_loop_dup", kind=EntryKind.USAGE)
+    assert entry.amount_nanos == -700
 
 
 def test_an_expired_hold_is_settled_late_and_capped(issue_key, transactional_db):
@@ -187,7 +203,7 @@ def test_an_expired_hold_is_settled_late_and_capped(issue_key, transactional_db)
     key = issue_key(credit_usd="1")
     row = _held_call(key, "req_loop_late", 10_000)
     assert hold_expire(hold_id=Hold.objects.get(request_id="req_loop_late").pk)
-    assert _settle_on_loop(row, 700) is True
+    _settle_on_loop(row, 700)
     assert RequestLog.objects.filter(request_id="req_loop_late").exists()
     entries = LedgerEntry.objects.filter(request_id="req_loop_late")
     assert {e.kind: e.amount_nanos for e in entries} == {
@@ -195,6 +211,33 @@ def test_an_expired_hold_is_settled_late_and_capped(issue_key, transactional_db)
         EntryKind.USAGE: -700,
     }
     assert Wallet.objects.get(pk=entries[0].wallet_id).held_nanos == 0
+
+
+def test_a_late_settlement_on_the_loop_takes_only_what_is_available(issue_key, transactional_db):
+    """The expired hold's money was reserved again by another call: the late settlement on the
+    loop (``asettle``, with the row's INSERT) charges what is left and notes the rest."""
+    key = issue_key(credit_usd="1")
+    row = _held_call(key, "req_loop_short", 10_000)
+    assert hold_expire(hold_id=Hold.objects.get(request_id="req_loop_short").pk)
+    hold_open(
+        organization_id=row.organization_id,
+        project_id=row.project_id,
+        api_key_id=row.api_key_id,
+        request_id="req_loop_other",
+        amount_nanos=1_000_000_000 - 300,  # leaves 300 available
+    )
+    _settle_on_loop(row, 700)
+    assert RequestLog.objects.get(request_id="req_loop_short").cost_nanos == 700
+    usage = LedgerEntry.objects.get(request_id="req_loop_short", kind=EntryKind.USAGE)
+    assert usage.amount_nanos == -300
+    assert usage.description == (
+        "chat.completions test-large; hold had expired: $0.0000004 of $0.0000007 uncollected"
+        " ($0.0000003 available)"
+    )
+    assert Hold.objects.get(request_id="req_loop_short").captured_nanos == 300
+    wallet = Wallet.objects.get(pk=usage.wallet_id)
+    assert (wallet.balance_nanos, wallet.held_nanos) == (1_000_000_000 - 300, 1_000_000_000 - 300)
+    assert audit_findings().money == []
 
 
 def test_a_settlement_on_the_loop_that_crosses_the_threshold_asks_for_a_recharge(
@@ -215,15 +258,14 @@ def test_a_settlement_on_the_loop_that_crosses_the_threshold_asks_for_a_recharge
         auto_recharge_threshold_nanos=2_000_000_000,  # above the balance: due on any charge
     )
 
-    async def settle_and_wait() -> bool:
+    async def settle_and_wait() -> None:
         try:
-            done = await pipeline._record_and_settle_on_loop(row, True, 700)
+            await pipeline._record_and_settle_on_loop(row, True, 700)
             await asyncio.gather(*pipeline._background)
-            return done
         finally:
             await pipeline.close_clients()
 
-    assert asyncio.run(settle_and_wait()) is True
+    asyncio.run(settle_and_wait())
     assert asked == [wallet.pk]
 
 
@@ -241,7 +283,7 @@ def test_a_flush_that_fails_after_the_settlement_committed_reports_it_settled(
     monkeypatch.setattr(adb, "flush", broken_flush)
     key = issue_key(credit_usd="1")
     row = _held_call(key, "req_loop_flush", 10_000)
-    assert _settle_on_loop(row, 700) is True
+    _settle_on_loop(row, 700)
     assert RequestLog.objects.filter(request_id="req_loop_flush").count() == 1
     assert Hold.objects.get(request_id="req_loop_flush").status == HoldStatus.SETTLED
     entry = LedgerEntry.objects.get(request_id="req_loop_flush", kind=EntryKind.USAGE)
