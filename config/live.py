@@ -21,7 +21,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from config import fastcache
+from config import fastcache, outages
 
 log = logging.getLogger(__name__)
 # How long a process trusts what it read of an organization's open-page count.
@@ -80,8 +80,9 @@ async def asend(organization_id: int, payload: dict[str, Any]) -> None:
         if not await _is_watched(organization_id):
             return
         await layer.group_send(group_name(organization_id), {"type": "live.event", **payload})
-    except Exception:  # best effort: never fail the caller
-        log.warning("live push to org %s failed", organization_id, exc_info=True)
+    except Exception as exc:  # best effort: never fail the caller
+        if not outages.noted(exc):
+            log.warning("live push to org %s failed", organization_id, exc_info=True)
 
 
 def usage_event(
@@ -119,9 +120,10 @@ def announce_wallet_change_on_commit(organization_id: int) -> None:
     def send() -> None:
         try:
             async_to_sync(asend)(organization_id, {"kind": "wallet_changed"})
-        except Exception:
-            log.warning(
-                "live wallet announcement for org %s failed", organization_id, exc_info=True
-            )
+        except Exception as exc:
+            if not outages.noted(exc):
+                log.warning(
+                    "live wallet announcement for org %s failed", organization_id, exc_info=True
+                )
 
     transaction.on_commit(send)

@@ -40,7 +40,7 @@ from urllib.parse import parse_qs
 from django.conf import settings
 
 from accounts.auth import KeyContext, authenticate
-from config import jsonio
+from config import jsonio, outages
 from config.errors import (
     ApiError,
     InvalidRequest,
@@ -361,9 +361,8 @@ async def v1_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         _log_failure(request, exc)
         await _respond(send, request, error_response(exc))
         return
-    except Exception:
-        log.exception("unhandled error in %s %s", request.method, request.path)
-        await _respond(send, request, _internal_error())
+    except Exception as exc:
+        await _respond(send, request, error_response(_unexpected(request, exc)))
         return
     body = await _read_body(receive, send, request, limit)
     if body is None:
@@ -427,10 +426,10 @@ async def _serve(send: Any, request: ApiRequest, handler: Handler) -> None:
         response = error_response(exc)
     except asyncio.CancelledError:
         raise
-    except Exception:
-        log.exception("unhandled error in %s %s", request.method, request.path)
-        _log_failure(request, internal_error())
-        response = _internal_error()
+    except Exception as exc:
+        failure = _unexpected(request, exc)
+        _log_failure(request, failure)
+        response = error_response(failure)
     response.headers = {**_id_headers(request), **response.headers}
     await _send(send, response)
 
@@ -483,8 +482,15 @@ def _id_headers(request: ApiRequest) -> dict[str, str]:
     return {"x-infrai-request-id": request.request_id, "x-request-id": request.request_id}
 
 
-def _internal_error() -> Response:
-    return error_response(internal_error())
+def _unexpected(request: ApiRequest, exc: Exception) -> ApiError:
+    """The answer to an exception nothing expected: a retryable 503 when PostgreSQL or Redis
+    is out of reach (:mod:`config.outages`, logged once a second), else a 500 logged with its
+    traceback (a bug)."""
+    down = outages.unavailable(exc)
+    if down is not None:
+        return down
+    log.exception("unhandled error in %s %s", request.method, request.path, exc_info=exc)
+    return internal_error()
 
 
 async def _respond(send: Any, request: ApiRequest, response: Response) -> None:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from config.errors import ApiError
+from config.outages import OUTAGE_CODE
+
 
 class RequestStatus(models.TextChoices):
     OK = "ok", "OK"
@@ -17,6 +20,14 @@ class RequestStatus(models.TextChoices):
     VENDOR_ERROR = "vendor_error", "Vendor error"
     CANCELLED = "cancelled", "Client disconnected"
     ABANDONED = "abandoned", "Abandoned (the serving process died)"
+    UNAVAILABLE = "unavailable", "Infrastructure unavailable (PostgreSQL or Redis)"
+
+    @classmethod
+    def of_error(cls, exc: ApiError) -> RequestStatus:
+        """The status a call that ended in ``exc`` is logged with."""
+        if exc.code == OUTAGE_CODE:
+            return cls.UNAVAILABLE
+        return cls.VENDOR_ERROR if exc.status >= 500 else cls.CLIENT_ERROR
 
 
 class RequestLog(models.Model):

@@ -36,7 +36,7 @@ from catalog import health
 from catalog.routing import Candidate, RoutingDecision, RoutingRequest
 from catalog.selectors import credentials_value, routing_decide
 from catalog.types import CircuitState
-from config import adb, live, observability
+from config import adb, live, observability, outages
 from config.errors import (
     ApiError,
     InvalidRequest,
@@ -437,13 +437,13 @@ class Call:
             )
             await self.fail(stopped)
             raise stopped from None
-        except Exception:
-            await self.fail(internal_error())
+        except Exception as exc:
+            await self.fail(outages.unavailable(exc) or internal_error())
             raise
 
     async def fail(self, exc: ApiError) -> None:
         """:meth:`finish` for a call that ends in ``exc`` (nothing delivered, nothing charged)."""
-        status = RequestStatus.VENDOR_ERROR if exc.status >= 500 else RequestStatus.CLIENT_ERROR
+        status = RequestStatus.of_error(exc)
         self.charge(Usage())
         await self.finish(
             status=status, http_status=exc.status, error_code=exc.code, error_message=exc.message
@@ -556,8 +556,9 @@ async def _renew_holds() -> None:
         await asyncio.sleep(min(max(ttl / 3, 0.5), 5.0))
         try:
             await renew_due()
-        except Exception:
-            log.warning("could not renew holds", exc_info=True)
+        except Exception as exc:
+            if not outages.noted(exc):
+                log.warning("could not renew holds", exc_info=True)
 
 
 async def renew_due(*, now: float | None = None) -> int:
@@ -681,8 +682,9 @@ async def _record_and_settle_on_loop(row: RequestLog, held: bool, cost: int) -> 
             else:
                 await adb.execute(conn, _LOG_INSERT_ASYNC, _log_values(row))
         return
-    except Exception:
-        log.exception("could not write the request log of %s; settling alone", row.request_id)
+    except Exception as exc:
+        if not outages.noted(exc):
+            log.exception("could not write the request log of %s; settling alone", row.request_id)
     row.routing, row.ignored_params, row.prompt = {}, [], ""
     row.error_code = "log_write_failed"
     row.requested_model = row.requested_model.encode("ascii", "ignore").decode()
@@ -696,11 +698,12 @@ async def _record_and_settle_on_loop(row: RequestLog, held: bool, cost: int) -> 
 async def _record_and_settle(row: RequestLog, held: bool, cost: int) -> None:
     try:
         await _record_and_settle_on_loop(row, held, cost)
-    except Exception:
+    except Exception as exc:
         # Only a database that refuses even the minimal row gets here. If the settlement alone
         # failed too, the hold stays open: renewal stops with the call, and the sweeper
-        # releases it (logged there with its request).
-        log.exception("could not record/settle %s", row.request_id)
+        # releases it (logged there with its request). An outage is logged once a second.
+        if not outages.noted(exc):
+            log.exception("could not record/settle %s", row.request_id)
 
 
 def _log_unheld_failure(request: ApiRequest, exc: ApiError) -> None:
@@ -714,7 +717,7 @@ def _log_unheld_failure(request: ApiRequest, exc: ApiError) -> None:
         api_key_id=key.key_id,
         endpoint=request.path.removeprefix("/v1/").replace("/", ".")[:40],
         requested_model=request.requested_model[:120],
-        status=RequestStatus.VENDOR_ERROR if exc.status >= 500 else RequestStatus.CLIENT_ERROR,
+        status=RequestStatus.of_error(exc),
         http_status=exc.status,
         error_code=exc.code[:64],
         error_message=exc.message[:500],

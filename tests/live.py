@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import IO, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -68,10 +68,13 @@ def shared_database_url() -> str:
     return f"postgres://{auth}@{host}:{port}/{db['NAME']}"
 
 
-def server_process(**env: str) -> tuple[subprocess.Popen[bytes], str]:
+def server_process(
+    *, output: IO[bytes] | None = None, **env: str
+) -> tuple[subprocess.Popen[bytes], str]:
     """The production server (``config.server``, test settings) in a process of its own on a
-    free port and the test database, ``env`` added to this process's environment; returns the
-    process and its base URL once ``/healthz`` answers. The caller stops the process."""
+    free port and the test database, ``env`` added to this process's environment, its output
+    to ``output`` (default: this process's); returns the process and its base URL once
+    ``/healthz`` answers. The caller stops the process."""
     port = free_port()
     env = {
         **os.environ,
@@ -83,6 +86,8 @@ def server_process(**env: str) -> tuple[subprocess.Popen[bytes], str]:
         [sys.executable, "-m", "config.server", "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT,
         env=env,
+        stdout=output,
+        stderr=subprocess.STDOUT if output is not None else None,
     )
     url = f"http://127.0.0.1:{port}"
     try:

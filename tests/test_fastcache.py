@@ -18,7 +18,6 @@ from config import fastcache, resp
 T = TypeVar("T")
 
 
-
 @pytest.fixture(params=["asyncio", "uvloop"])
 def on_loop(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, T]], T]:
     """Runs a coroutine on the standard event loop, and on uvloop (the web process's)."""
