@@ -301,7 +301,7 @@ def serving(root: Path | None = None, *, throwaway: bool = False) -> Iterator[di
     ``{}`` when ``DATABASE_URL`` and ``REDIS_URL`` are both set (nothing is started); the
     running servers' URLs when the data directory's own servers run (started by another
     process, which stops them); otherwise it starts them, yields their URLs and stops them when
-    the block ends. ``root`` is the data directory (default :func:`data_dir`). Under
+    the block ends. A URL the environment sets is never replaced (left out of what it yields). ``root`` is the data directory (default :func:`data_dir`). Under
     production's settings it starts nothing (``{}``): the settings then name what is missing.
     """
     if production() or (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
@@ -310,13 +310,19 @@ def serving(root: Path | None = None, *, throwaway: bool = False) -> Iterator[di
     services = LocalServices((root or data_dir()) / "services", throwaway=throwaway)
     urls = services.running()
     if urls is not None:
-        yield urls
+        yield _missing(urls)
         return
     urls = services.start()
     try:
-        yield urls
+        yield _missing(urls)
     finally:
         services.stop()
+
+
+def _missing(urls: Mapping[str, str]) -> dict[str, str]:
+    """``urls`` without those the environment sets: a configured ``REDIS_URL`` (say) is used
+    even when only ``DATABASE_URL`` was missing."""
+    return {name: url for name, url in urls.items() if not os.environ.get(name)}
 
 
 def _run(args: argparse.Namespace) -> int:

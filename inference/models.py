@@ -20,7 +20,7 @@ class RequestStatus(models.TextChoices):
     VENDOR_ERROR = "vendor_error", "Vendor error"
     CANCELLED = "cancelled", "Client disconnected"
     ABANDONED = "abandoned", "Abandoned (the serving process died)"
-    UNAVAILABLE = "unavailable", "Infrastructure unavailable (PostgreSQL or Redis)"
+    UNAVAILABLE = "unavailable", "Infrastructure unavailable"
 
     @classmethod
     def of_error(cls, exc: ApiError) -> RequestStatus:

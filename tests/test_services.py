@@ -97,3 +97,14 @@ def test_run_hands_its_command_the_callers_environment_not_configs_defaults(
     env["DJANGO_SETTINGS_MODULE"] = "config.settings.test"
     out = subprocess.run([*run, *show], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "config.settings.test"
+
+
+def test_a_configured_url_is_kept_when_only_the_other_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6379/9")
+    with serving(tmp_path, throwaway=True) as urls:
+        assert set(urls) == {"DATABASE_URL"}  # the caller's Redis stays the caller's
+        with psycopg.connect(urls["DATABASE_URL"]) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)

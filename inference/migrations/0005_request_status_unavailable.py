@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='requestlog',
             name='status',
-            field=models.CharField(choices=[('ok', 'OK'), ('client_error', 'Client error'), ('vendor_error', 'Vendor error'), ('cancelled', 'Client disconnected'), ('abandoned', 'Abandoned (the serving process died)'), ('unavailable', 'Infrastructure unavailable (PostgreSQL or Redis)')], max_length=16),
+            field=models.CharField(choices=[('ok', 'OK'), ('client_error', 'Client error'), ('vendor_error', 'Vendor error'), ('cancelled', 'Client disconnected'), ('abandoned', 'Abandoned (the serving process died)'), ('unavailable', 'Infrastructure unavailable')], max_length=16),
         ),
     ]
