@@ -301,8 +301,9 @@ def serving(root: Path | None = None, *, throwaway: bool = False) -> Iterator[di
     ``{}`` when ``DATABASE_URL`` and ``REDIS_URL`` are both set (nothing is started); the
     running servers' URLs when the data directory's own servers run (started by another
     process, which stops them); otherwise it starts them, yields their URLs and stops them when
-    the block ends. A URL the environment sets is never replaced (left out of what it yields). ``root`` is the data directory (default :func:`data_dir`). Under
-    production's settings it starts nothing (``{}``): the settings then name what is missing.
+    the block ends. A URL the environment sets is never replaced (left out of what it yields).
+    ``root`` is the data directory (default :func:`data_dir`). Under production's settings it
+    starts nothing (``{}``): the settings then name what is missing.
     """
     if production() or (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
         yield {}
