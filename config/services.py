@@ -29,10 +29,12 @@ import argparse
 import contextlib
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -47,6 +49,11 @@ _PG_SETTINGS = {"max_connections": "300", "listen_addresses": "127.0.0.1"}
 # is new for each run and deleted after it).
 _PG_THROWAWAY = {"fsync": "off", "full_page_writes": "off"}
 _START_TIMEOUT_S = 60
+# A migrated PostgreSQL data directory made at install time (``python -m config.services
+# template``, run by scripts/install.sh): a new data directory starts as a copy of it instead of
+# ``initdb`` and every migration — 0.1 s instead of ~5.5 s on 2 cores, most of the first
+# start's growth over the SQLite it replaced. ``migrate`` then applies only what is newer.
+TEMPLATE = Path(sys.prefix) / "share" / "infrai" / "postgres-template"
 # Who runs PostgreSQL when we are root (it refuses root): the user pgserver itself creates.
 _PG_SYSTEM_USER = "pgserveruser"
 
@@ -102,6 +109,7 @@ class LocalServices:
 
     root: Path
     throwaway: bool = False
+    template: Path | None = None
 
     @property
     def state(self) -> Path:
@@ -170,7 +178,7 @@ class LocalServices:
         self.pgdata.mkdir(parents=True, exist_ok=True)
         self.pgdata.chmod(0o700)
         run_as = self._as_postgres_user()
-        if not (self.pgdata / "PG_VERSION").exists():
+        if not (self.pgdata / "PG_VERSION").exists() and not self._from_template(run_as):
             subprocess.run(
                 [_pg_bin("initdb"), "-D", str(self.pgdata), "-U", "postgres", "--auth=trust"]
                 + ["--encoding=UTF8", "--no-locale"]
@@ -195,6 +203,18 @@ class LocalServices:
         )
         self._create_database(port)
         return int(pid_file.read_text().split()[0]), port
+
+    def _from_template(self, run_as: Mapping[str, object]) -> bool:
+        """A new data directory as a copy of the install's migrated :data:`TEMPLATE`; False
+        when there is none."""
+        if self.template is None or not (self.template / "PG_VERSION").exists():
+            return False
+        shutil.copytree(self.template, self.pgdata, dirs_exist_ok=True)
+        if run_as:  # root: the copy is PostgreSQL's user's, like what initdb would have made
+            uid, gid = int(str(run_as["user"])), int(str(run_as["group"]))
+            for path in [self.pgdata, *self.pgdata.rglob("*")]:
+                os.chown(path, uid, gid)
+        return True
 
     @staticmethod
     def _create_database(port: int) -> None:
@@ -308,7 +328,9 @@ def serving(root: Path | None = None, *, throwaway: bool = False) -> Iterator[di
     if production() or (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
         yield {}
         return
-    services = LocalServices((root or data_dir()) / "services", throwaway=throwaway)
+    services = LocalServices(
+        (root or data_dir()) / "services", throwaway=throwaway, template=TEMPLATE
+    )
     urls = services.running()
     if urls is not None:
         yield _missing(urls)
@@ -324,6 +346,24 @@ def _missing(urls: Mapping[str, str]) -> dict[str, str]:
     """``urls`` without those the environment sets: a configured ``REDIS_URL`` (say) is used
     even when only ``DATABASE_URL`` was missing."""
     return {name: url for name, url in urls.items() if not os.environ.get(name)}
+
+
+def make_template() -> None:
+    """(Re)build :data:`TEMPLATE`: a new cluster with the database migrated, stopped cleanly."""
+    with tempfile.TemporaryDirectory(prefix="infrai-template-") as tmp:
+        services = LocalServices(Path(tmp) / "services")
+        urls = services.start()
+        try:
+            env = {**os.environ, **urls, "INFRAI_DATA_DIR": tmp}
+            env["DJANGO_SETTINGS_MODULE"] = "config.settings.local"
+            migrate = [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"]
+            subprocess.run(migrate, cwd=REPO, env=env, check=True)
+        finally:
+            services.stop()
+        shutil.rmtree(TEMPLATE, ignore_errors=True)
+        TEMPLATE.parent.mkdir(parents=True, exist_ok=True)
+        ignore = shutil.ignore_patterns("server.log", "postmaster.opts", "postmaster.pid")
+        shutil.copytree(services.pgdata, TEMPLATE, ignore=ignore)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -347,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     with infrai's own PostgreSQL and Redis (started for it unless configured or running);
     ``start`` / ``stop`` / ``status`` manage the data directory's servers by hand."""
     parser = argparse.ArgumentParser(prog="python -m config.services")
-    parser.add_argument("action", choices=["run", "start", "stop", "status"])
+    parser.add_argument("action", choices=["run", "start", "stop", "status", "template"])
     parser.add_argument("--data-dir", default="")
     parser.add_argument("--throwaway", action="store_true", help="no fsync (test databases)")
     argv = sys.argv[1:] if argv is None else argv
@@ -359,7 +399,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.command:
             parser.error("run needs a command after --")
         return _run(args)
-    if args.action == "start":
+    if args.action == "template":
+        make_template()
+    elif args.action == "start":
         for name, url in services.start().items():
             print(f"{name}={url}")
     elif args.action == "stop":

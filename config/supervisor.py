@@ -5,8 +5,9 @@
 1. PostgreSQL and Redis: those of ``DATABASE_URL`` / ``REDIS_URL``, else the data directory's
    own (:func:`config.services.serving`, stopped again at the end).
 2. The GPU backend first (its model loads overlap everything after it), then one setup step
-   (migrations, the demo organization and key, the probe of the local backend), then the web
-   process, a Celery worker and Celery beat. Each runs the ``ExecStart`` of its systemd unit
+   (migrations, the demo organization and key, the probe of the local backend) with the web
+   process starting beside it, then — once the first answer can be given — a Celery worker
+   and Celery beat. Each runs the ``ExecStart`` of its systemd unit
    under ``deploy/systemd`` (paths made this checkout's, as ``scripts/cluster.sh`` does): the
    same command lines production runs.
 3. One line per process once it is ready (the web process's ``/readyz``, the backend's
@@ -57,6 +58,8 @@ except Exception:
     pass  # the backend is not up yet: the periodic probe marks it later
 """
 STOP_GRACE_S = 30.0
+# The longest Celery's start waits for the first answer to be possible (the chat model's load).
+FIRST_ANSWER_WAIT_S = 60.0
 
 
 def unit_command(unit: str, *, instance: str = "", data_dir: Path) -> list[str]:
@@ -90,6 +93,7 @@ class Process:
     proc: asyncio.subprocess.Process | None = None
     ready: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    is_ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Supervisor:
@@ -143,7 +147,18 @@ class Supervisor:
 
     def _ready(self, process: Process) -> None:
         process.ready = True
-        self.say(f"{process.name} ready")
+        process.is_ready.set()
+        if process.essential:
+            self.say(f"{process.name} ready")
+
+    async def until(self, event: asyncio.Event, *, timeout_s: float | None) -> None:
+        """Wait for ``event``, a stop, or ``timeout_s``, whichever comes first."""
+        waits = {asyncio.ensure_future(event.wait()), asyncio.ensure_future(self.stopping.wait())}
+        _, pending = await asyncio.wait(
+            waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in pending:
+            task.cancel()
 
     async def _watch(self, process: Process) -> None:
         assert process.proc is not None
@@ -199,7 +214,10 @@ async def supervise(port: int, gpu_port: int, env: dict[str, str], since: float)
         loop.add_signal_handler(signum, sup.stopping.set)
     data_dir = Path(env["INFRAI_DATA_DIR"])
     base = f"http://127.0.0.1:{port}"
+    own = contextlib.ExitStack()
     try:
+        # The GPU backend before anything else (it needs neither PostgreSQL nor Redis): its
+        # model loads are the longest part of a first start.
         await sup.start(
             Process(
                 "gpu",
@@ -207,9 +225,14 @@ async def supervise(port: int, gpu_port: int, env: dict[str, str], since: float)
                 ready_url=f"http://127.0.0.1:{gpu_port}/health",
             )
         )
+        env.update(await asyncio.to_thread(own.enter_context, services.serving(data_dir)))
         setup = asyncio.create_task(
             sup.run_once("setup", [PY, "manage.py", "shell", "--no-imports", "-c", SETUP])
         )
+        # The web process beside the setup step: its start (imports, no database) overlaps the
+        # migrations; nothing calls it before the setup has printed the demo key.
+        argv = unit_command("infrai-web@.service", instance=str(port), data_dir=data_dir)
+        web = await sup.start(Process("web", argv, ready_url=f"{base}/readyz"))
         stop_wait = asyncio.create_task(sup.stopping.wait())
         await asyncio.wait({setup, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
         if not setup.done():
@@ -218,13 +241,6 @@ async def supervise(port: int, gpu_port: int, env: dict[str, str], since: float)
             sup.failed = f"setup exited with status {setup.result()}"
             sup.stopping.set()
         if not sup.stopping.is_set():
-            unit = "infrai-web@.service"
-            web = unit_command(unit, instance=str(port), data_dir=data_dir)
-            await sup.start(Process("web", web, ready_url=f"{base}/readyz"))
-            worker = unit_command("infrai-worker.service", data_dir=data_dir)
-            await sup.start(Process("worker", worker, ready_line="worker ready"))
-            beat = unit_command("infrai-beat.service", data_dir=data_dir)
-            await sup.start(Process("beat", beat, ready_line="beat ready"))
             readiness = [PY, "-m", "gpu_backend.readiness"]
             readiness += ["--backend", f"http://127.0.0.1:{gpu_port}", "--gateway", base]
             readiness += [
@@ -233,15 +249,27 @@ async def supervise(port: int, gpu_port: int, env: dict[str, str], since: float)
                 "--since",
                 str(time.time() - (time.monotonic() - since)),
             ]
-            await sup.start(Process("ready", readiness, essential=False))
-            # The other vendors' probe once the gateway answers (earlier it only slows its start).
+            answers = await sup.start(
+                Process("ready", readiness, essential=False, ready_line="can answer now")
+            )
+            sup.emit(f"infrai: serving on {base} (Ctrl-C stops)")
+            # Celery and the other vendors' probe once the first answer can be given: three
+            # more Django starts before it would compete for the cores with the web process and
+            # the chat model's load (+10 s to the first answer on 2 cores).
+            await sup.until(web.is_ready, timeout_s=None)
+            await sup.until(answers.is_ready, timeout_s=FIRST_ANSWER_WAIT_S)
+        if not sup.stopping.is_set():
+            worker = unit_command("infrai-worker.service", data_dir=data_dir)
+            await sup.start(Process("worker", worker, ready_line="worker ready"))
+            beat = unit_command("infrai-beat.service", data_dir=data_dir)
+            await sup.start(Process("beat", beat, ready_line="beat ready"))
             probe = [PY, "manage.py", "catalog", "probe", "--wait", "300"]
             await sup.start(Process("probe", probe, essential=False))
-            sup.emit(f"infrai: serving on {base} (Ctrl-C stops)")
         await sup.stopping.wait()
     finally:
         sup.say(f"stopping ({sup.failed})" if sup.failed else "stopping")
         await sup.stop()
+        await asyncio.to_thread(own.close)  # infrai's own servers last
     sup.say("stopped")
     return 1 if sup.failed else 0
 
@@ -254,13 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     since = time.monotonic()
     data_dir = services.data_dir()
     data_dir.mkdir(parents=True, exist_ok=True)
-    with services.serving(data_dir) as urls:
-        env = {**os.environ, **urls, "INFRAI_DATA_DIR": str(data_dir)}
-        env.setdefault("INFRAI_PUBLIC_BASE_URL", f"http://127.0.0.1:{args.port}/v1")
-        env.setdefault("INFRAI_GPU_BACKEND_URL", f"http://127.0.0.1:{args.gpu_port}/v1")
-        env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        return asyncio.run(supervise(args.port, args.gpu_port, env, since))
+    env = {**os.environ, "INFRAI_DATA_DIR": str(data_dir)}
+    env.setdefault("INFRAI_PUBLIC_BASE_URL", f"http://127.0.0.1:{args.port}/v1")
+    env.setdefault("INFRAI_GPU_BACKEND_URL", f"http://127.0.0.1:{args.gpu_port}/v1")
+    env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return asyncio.run(supervise(args.port, args.gpu_port, env, since))
 
 
 if __name__ == "__main__":

@@ -15,3 +15,6 @@ cd "$(dirname "$0")/.."
 # Convert the chat model's GGUF to the transformers copy the gpu-backend loads (~20 s, once per
 # installed GGUF; kept in .venv/share/infrai/models), so `make run` serves chat within seconds.
 .venv/bin/python -m gpu_backend.prepare
+# A migrated PostgreSQL data directory for infrai's own server (config/services.py, ~15 s once):
+# a fresh data directory starts as a copy of it instead of initdb and every migration.
+.venv/bin/python -m config.services template
