@@ -35,6 +35,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (a zombie counts: its parent has not reaped it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def wait_http(url: str, *, seconds: float = 30.0) -> None:
     """Poll ``url`` until it answers (any status) or raise after ``seconds``."""
     deadline = time.monotonic() + seconds

@@ -10,21 +10,14 @@ import pytest
 import redis
 
 from config.services import LocalServices, serving
+from tests.live import pid_alive
 
 
 def _pids_alive(services: LocalServices) -> list[int]:
     state = dict(
         line.split("=", 1) for line in services.state.read_text().splitlines() if "=" in line
     )
-    pids = [int(state["POSTGRES_PID"]), int(state["REDIS_PID"])]
-    alive = []
-    for pid in pids:
-        try:
-            os.kill(pid, 0)
-            alive.append(pid)
-        except ProcessLookupError:
-            pass
-    return alive
+    return [pid for pid in (int(state["POSTGRES_PID"]), int(state["REDIS_PID"])) if pid_alive(pid)]
 
 
 def test_own_servers_start_answer_are_found_again_and_stop(tmp_path: Path) -> None:
@@ -44,17 +37,9 @@ def test_own_servers_start_answer_are_found_again_and_stop(tmp_path: Path) -> No
     finally:
         services.stop()
     assert services.running() is None
-    assert all(not _alive(pid) for pid in pids)
+    assert all(not pid_alive(pid) for pid in pids)
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(urls["DATABASE_URL"], connect_timeout=2)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_serving_starts_nothing_when_both_urls_are_configured(

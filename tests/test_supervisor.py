@@ -16,7 +16,7 @@ import openai
 
 from config import services
 from config.supervisor import Process, Supervisor, unit_command
-from tests.live import free_port
+from tests.live import free_port, pid_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,14 +107,6 @@ def test_a_helper_that_ends_stops_nothing(tmp_path: Path) -> None:
     assert asyncio.run(scenario()).failed is None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_make_run_serves_the_readme_snippet_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
     """``scripts/run.sh`` (what ``make run`` runs after its install step) on a fresh data
     directory with nothing configured: its own PostgreSQL and Redis, the GPU backend, the web
@@ -168,7 +160,7 @@ def test_make_run_serves_the_readme_snippet_and_ctrl_c_leaves_nothing(tmp_path: 
     text = log.read_text()
     assert text.index("infrai: stopping") < text.index("infrai: stopped")
     assert "Traceback" not in text
-    assert not any(_alive(pid) for pid in pids)  # its PostgreSQL and Redis are gone too
+    assert not any(pid_alive(pid) for pid in pids)  # its PostgreSQL and Redis are gone too
     leftovers = subprocess.run(
         ["pgrep", "-f", str(data)], capture_output=True, text=True
     ).stdout.split()

@@ -49,7 +49,7 @@ from billing.models import Hold, HoldStatus
 from catalog.documents import SEED_PATH, catalog_load
 from inference.models import RequestLog
 from tests.inference.test_money_faults import assert_settled_once
-from tests.live import shared_database_url, wait_for
+from tests.live import pid_alive, shared_database_url, wait_for
 from tests.ops.conftest import moved, parse_metrics, total
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -364,7 +364,7 @@ def test_the_topology_serves_through_nginx_and_survives_a_web_process_stopping(
         assert done.choices[0].message.content
     for s in streams:
         s.join(60)
-    wait_for(lambda: not _alive(web1), seconds=60)
+    wait_for(lambda: not pid_alive(web1), seconds=60)
     ended = [s for s in streams if s.error is not None]
     finished = [s for s in streams if s.error is None]
     assert ended and finished, [(s.request_id, s.error) for s in streams]
@@ -378,11 +378,3 @@ def test_the_topology_serves_through_nginx_and_survives_a_web_process_stopping(
     assert httpx.get(c.url + "/readyz").status_code == 200
     wait_for(lambda: not Hold.objects.filter(status=HoldStatus.OPEN).exists())
     assert audit_findings().findings == []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
