@@ -255,7 +255,7 @@ async def supervise(port: int, gpu_port: int, env: dict[str, str], since: float)
             sup.emit(f"infrai: serving on {base} (Ctrl-C stops)")
             # Celery and the other vendors' probe once the first answer can be given: three
             # more Django starts before it would compete for the cores with the web process and
-            # the chat model's load (+10 s to the first answer on 2 cores).
+            # the chat model's load.
             await sup.until(web.is_ready, timeout_s=None)
             await sup.until(answers.is_ready, timeout_s=FIRST_ANSWER_WAIT_S)
         if not sup.stopping.is_set():
