@@ -63,13 +63,15 @@ def data_dir() -> Path:
     return Path(os.environ.get("INFRAI_DATA_DIR") or REPO / "var")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -128,7 +130,7 @@ class LocalServices:
         """``{"DATABASE_URL": …, "REDIS_URL": …}`` if both servers of this directory run."""
         state = _read_env(self.state)
         pids = [state.get("POSTGRES_PID", ""), state.get("REDIS_PID", "")]
-        if not all(p.isdigit() and _alive(int(p)) for p in pids):
+        if not all(p.isdigit() and pid_alive(int(p)) for p in pids):
             return None
         return {k: state[k] for k in ("DATABASE_URL", "REDIS_URL")}
 
@@ -173,7 +175,7 @@ class LocalServices:
         pid_file = self.pgdata / "postmaster.pid"
         if pid_file.exists():
             lines = pid_file.read_text().splitlines()
-            if len(lines) > 3 and lines[0].isdigit() and _alive(int(lines[0])):
+            if len(lines) > 3 and lines[0].isdigit() and pid_alive(int(lines[0])):
                 return int(lines[0]), int(lines[3])
         self.pgdata.mkdir(parents=True, exist_ok=True)
         self.pgdata.chmod(0o700)
@@ -187,7 +189,7 @@ class LocalServices:
                 capture_output=True,
                 **run_as,  # type: ignore[call-overload]
             )
-        port = _free_port()
+        port = free_port()
         settings = {**_PG_SETTINGS, **(_PG_THROWAWAY if self.throwaway else {})}
         options = f"-p {port} -c unix_socket_directories='' " + " ".join(
             f"-c {name}={value}" for name, value in settings.items()
@@ -229,10 +231,10 @@ class LocalServices:
 
     def _redis(self, state: Mapping[str, str]) -> tuple[int, int]:
         pid = state.get("REDIS_PID", "")
-        if pid.isdigit() and _alive(int(pid)) and "REDIS_URL" in state:
+        if pid.isdigit() and pid_alive(int(pid)) and "REDIS_URL" in state:
             return int(pid), int(state["REDIS_URL"].rsplit(":", 1)[1].split("/")[0])
         self.redis_dir.mkdir(parents=True, exist_ok=True)
-        port = _free_port()
+        port = free_port()
         pid_file = self.redis_dir / "valkey.pid"
         pid_file.unlink(missing_ok=True)
         subprocess.run(
@@ -288,10 +290,10 @@ class LocalServices:
                 **self._as_postgres_user(),  # type: ignore[call-overload]
             )
         pid = state.get("REDIS_PID", "")
-        if pid.isdigit() and _alive(int(pid)):
+        if pid.isdigit() and pid_alive(int(pid)):
             os.kill(int(pid), signal.SIGTERM)
             deadline = time.monotonic() + 10
-            while _alive(int(pid)) and time.monotonic() < deadline:
+            while pid_alive(int(pid)) and time.monotonic() < deadline:
                 time.sleep(0.01)
         self.state.unlink(missing_ok=True)
 

@@ -10,7 +10,6 @@ visible to the server's connections) and cache.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -24,24 +23,10 @@ from urllib.parse import quote
 import httpx
 from django.conf import settings
 
+from config.services import free_port, pid_alive  # noqa: F401  (the tests' helpers too)
+
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (a zombie counts: its parent has not reaped it)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def wait_http(url: str, *, seconds: float = 30.0) -> None:
