@@ -462,7 +462,7 @@ def test_every_v1_route_with_the_other_organizations_ids_shows_none_of_its_data(
 def bravo_vectors(t: Tenant) -> dict[str, str]:
     """A collection (with a vector), a vector store and a file of ``t``: the values of the
     vector store's path parameters."""
-    from vectors.models import StoredFile
+    from vectors.files import file_create
     from vectors.services import collection_create, vectors_write
     from vectors.store import Item
 
@@ -470,10 +470,7 @@ def bravo_vectors(t: Tenant) -> dict[str, str]:
     collection = collection_create(**ids, name=f"vectors-of-{t.org.slug}")
     vectors_write(collection=collection, items=[Item(id=f"vec-of-{t.org.slug}", vector=[1.0])])
     store = collection_create(**ids, name=None, title=f"store-of-{t.org.slug}")
-    stored = StoredFile.objects.create(
-        **ids, public_id=f"file-of-{t.org.slug}", filename="f.txt", purpose="assistants",
-        content=b"x", bytes=1,
-    )  # fmt: skip
+    stored = file_create(**ids, filename="f.txt", purpose="assistants", content=b"x")
     return {
         "name": collection.name,
         "vector_store_id": store.public_id,

@@ -1,8 +1,9 @@
-"""Staff views: prices (a change is a new row), collections and storage charges (read only)."""
+"""Staff views: prices (a change is a new row), collections, projects' stored files and storage
+charges (read only)."""
 
 from django.contrib import admin
 
-from vectors.models import Collection, StorageCharge, VectorPrice
+from vectors.models import Collection, FileStorage, StorageCharge, VectorPrice
 
 
 @admin.register(VectorPrice)
@@ -20,3 +21,9 @@ class CollectionAdmin(admin.ModelAdmin):
 class StorageChargeAdmin(admin.ModelAdmin):
     list_display = ("request_id", "project", "amount_nanos", "charged_nanos", "period_end")
     readonly_fields = [f.name for f in StorageCharge._meta.fields]
+
+
+@admin.register(FileStorage)
+class FileStorageAdmin(admin.ModelAdmin):
+    list_display = ("project", "file_count", "size_bytes", "storage_charged_nanos", "metered_at")
+    readonly_fields = [f.name for f in FileStorage._meta.fields]

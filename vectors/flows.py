@@ -18,13 +18,18 @@ from vectors.store import Item, Match, item_bytes
 _price = db_async(services.price_now)
 
 
-async def deposit_for(items: Sequence[Item]) -> int:
-    """What a write must be able to pay: one GB-day of its bytes (at least 1 nano-USD)."""
+async def deposit_for_bytes(written: int) -> int:
+    """What a write of ``written`` bytes (vectors or a file) must be able to pay: one GB-day of
+    them (at least 1 nano-USD, so an empty wallet stores nothing)."""
     price = await _price()
-    written = sum(item_bytes(item) for item in items)
     return max(
         metering.storage_day_nanos(size_bytes=written, per_gb_day_nanos=price.per_gb_day_nanos), 1
     )
+
+
+async def deposit_for(items: Sequence[Item]) -> int:
+    """:func:`deposit_for_bytes` of the bytes ``items`` are billed as."""
+    return await deposit_for_bytes(sum(item_bytes(item) for item in items))
 
 
 def embedding_model_for(collection: Collection | None, requested: str | None) -> str:

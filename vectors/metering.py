@@ -15,6 +15,13 @@ row ``vector.storage`` written in the same transaction). What is below one nano-
 to the next run, so nothing is rounded away or charged twice. A wallet that cannot cover a
 charge pays what it has available; the rest is recorded on the
 :class:`~vectors.models.StorageCharge` row (never an overdraft).
+
+Stored files (``/v1/files``) are charged the same way and at the same price, per project: each
+project's :class:`~vectors.models.FileStorage` row is accrued and charged like a collection
+(request id ``fst_…``, request-log endpoint ``files.storage``, description ``file storage
+<period>``). Its bytes change only on upload and delete, which first :func:`accrue` the row up
+to that moment at the old size (:mod:`vectors.files`), so a file is charged for exactly the
+seconds it was stored, also when it is deleted between two runs.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from django.db import transaction
 from django.db.models import F
@@ -35,11 +42,11 @@ from billing.services import HoldExists, hold_open, hold_settle
 from catalog.routing import Candidate, RoutingDecision
 from catalog.types import CircuitState
 from config.errors import InsufficientQuota
-from inference.http import ApiRequest, Response
+from inference.http import ApiRequest, Response, StreamingResponse
 from inference.models import RequestLog, RequestStatus
 from inference.pipeline import Call
 from money.pricing import PriceSnapshot, Usage
-from vectors.models import Collection, StorageCharge
+from vectors.models import Collection, FileStorage, StorageCharge
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -113,7 +120,7 @@ async def metered_call(
     return call, result
 
 
-Handler = Callable[[ApiRequest], Awaitable[Response]]
+Handler = Callable[[ApiRequest], Awaitable[Response | StreamingResponse]]
 
 
 def free_call(endpoint: str) -> Callable[[Handler], Handler]:
@@ -124,7 +131,7 @@ def free_call(endpoint: str) -> Callable[[Handler], Handler]:
 
     def wrap(handler: Handler) -> Handler:
         @functools.wraps(handler)
-        async def run(request: ApiRequest) -> Response:
+        async def run(request: ApiRequest) -> Response | StreamingResponse:
             call, response = await metered_call(
                 request,
                 endpoint=endpoint,
@@ -143,6 +150,32 @@ def free_call(endpoint: str) -> Callable[[Handler], Handler]:
 # --- storage ----------------------------------------------------------------------------------
 
 
+class Metered(Protocol):
+    """What storage is accrued on: a collection, or a project's stored files."""
+
+    size_bytes: int
+    metered_at: dt.datetime
+    accrued_storage: Decimal
+
+
+def accrue(row: Metered, *, now: dt.datetime, per_gb_day_nanos: int) -> None:
+    """Add ``row``'s bytes × the whole seconds since its ``metered_at`` (at ``per_gb_day_nanos``)
+    to its ``accrued_storage`` and move ``metered_at`` on by those seconds. The caller holds
+    the row's lock and saves both fields."""
+    seconds = max(int((now - row.metered_at).total_seconds()), 0)
+    accrued = int(row.accrued_storage) + row.size_bytes * seconds * per_gb_day_nanos
+    row.accrued_storage = Decimal(accrued)
+    row.metered_at = row.metered_at + dt.timedelta(seconds=seconds)
+
+
+def _split_whole(row: Metered, *, now: dt.datetime, per_gb_day_nanos: int) -> int:
+    """Accrue ``row`` up to ``now`` and take the whole nano-USD out of its accrual."""
+    accrue(row, now=now, per_gb_day_nanos=per_gb_day_nanos)
+    whole = int(row.accrued_storage) // ACCRUAL_UNIT
+    row.accrued_storage = Decimal(int(row.accrued_storage) - whole * ACCRUAL_UNIT)
+    return whole
+
+
 def _accrue(collection_id: int, per_gb_day_nanos: int) -> StorageCharge | None:
     """Accrue one collection up to now and split off the whole nano-USD as a pending charge
     (one transaction, the collection row locked: two runs never accrue the same seconds)."""
@@ -151,12 +184,8 @@ def _accrue(collection_id: int, per_gb_day_nanos: int) -> StorageCharge | None:
         c = Collection.objects.select_for_update().filter(pk=collection_id).first()
         if c is None:
             return None
-        seconds = max(int((now - c.metered_at).total_seconds()), 0)
-        accrued = int(c.accrued_storage) + c.size_bytes * seconds * per_gb_day_nanos
-        whole = accrued // ACCRUAL_UNIT
-        c.accrued_storage = Decimal(accrued - whole * ACCRUAL_UNIT)
         period_start = c.metered_at
-        c.metered_at = period_start + dt.timedelta(seconds=seconds)
+        whole = _split_whole(c, now=now, per_gb_day_nanos=per_gb_day_nanos)
         c.save(update_fields=["accrued_storage", "metered_at"])
         if whole == 0:
             return None
@@ -168,6 +197,32 @@ def _accrue(collection_id: int, per_gb_day_nanos: int) -> StorageCharge | None:
             amount_nanos=whole,
             period_start=period_start,
             period_end=c.metered_at,
+        )
+
+
+def _accrue_files(file_storage_id: int, per_gb_day_nanos: int) -> StorageCharge | None:
+    """:func:`_accrue` for one project's stored files (their row locked, as an upload or a
+    delete locks it); the charge's period starts where the previous charge's ended."""
+    now = timezone.now()
+    with transaction.atomic():
+        row = FileStorage.objects.select_for_update().filter(pk=file_storage_id).first()
+        if row is None:
+            return None
+        whole = _split_whole(row, now=now, per_gb_day_nanos=per_gb_day_nanos)
+        period_start = row.charged_until
+        if whole:
+            row.charged_until = row.metered_at
+        row.save(update_fields=["accrued_storage", "metered_at", "charged_until"])
+        if whole == 0:
+            return None
+        return StorageCharge.objects.create(
+            file_storage=row,
+            organization_id=row.organization_id,
+            project_id=row.project_id,
+            request_id="fst_" + secrets.token_hex(12),
+            amount_nanos=whole,
+            period_start=period_start,
+            period_end=row.metered_at,
         )
 
 
@@ -201,7 +256,8 @@ def storage_charge(charge: StorageCharge) -> int:
     stays on the row); 0 when it has nothing. Safe to retry: a hold already opened for the
     row is only settled.
     """
-    description = f"vector storage {charge.period_start:%Y-%m-%d %H:%M}-{charge.period_end:%H:%M}"
+    what = "file storage" if charge.file_storage_id is not None else "vector storage"
+    description = f"{what} {charge.period_start:%Y-%m-%d %H:%M}-{charge.period_end:%H:%M}"
     try:
         amount = _hold_what_is_available(charge)
     except HoldExists:
@@ -216,6 +272,10 @@ def storage_charge(charge: StorageCharge) -> int:
     StorageCharge.objects.filter(pk=charge.pk).update(charged_nanos=charged)
     if charge.collection_id is not None:
         Collection.objects.filter(pk=charge.collection_id).update(
+            storage_charged_nanos=F("storage_charged_nanos") + charged
+        )
+    if charge.file_storage_id is not None:
+        FileStorage.objects.filter(pk=charge.file_storage_id).update(
             storage_charged_nanos=F("storage_charged_nanos") + charged
         )
     if charged < charge.amount_nanos:
@@ -236,7 +296,7 @@ def _log_charge(charge: StorageCharge, charged: int) -> None:
         defaults={
             "organization_id": charge.organization_id,
             "project_id": charge.project_id,
-            "endpoint": "vector.storage",
+            "endpoint": "files.storage" if charge.file_storage_id is not None else "vector.storage",
             "requested_model": MODEL,
             "model": MODEL,
             "vendor": VENDOR,
@@ -248,13 +308,15 @@ def _log_charge(charge: StorageCharge, charged: int) -> None:
 
 
 def storage_meter() -> int:
-    """Accrue every collection and charge what is due (and retry charges left pending);
-    returns the nano-USD charged."""
+    """Accrue every collection and every project's stored files and charge what is due (and
+    retry charges left pending); returns the nano-USD charged."""
     from vectors.services import price_now
 
     per_gb_day = price_now().per_gb_day_nanos
     for collection_id in Collection.objects.values_list("pk", flat=True):
         _accrue(collection_id, per_gb_day)
+    for file_storage_id in FileStorage.objects.values_list("pk", flat=True):
+        _accrue_files(file_storage_id, per_gb_day)
     total = 0
     for charge in StorageCharge.objects.filter(charged_nanos__isnull=True).order_by("pk"):
         try:

@@ -2,7 +2,9 @@
 
 Every collection belongs to one organization and one project; everything below it (vectors,
 attached files, storage charges) is reached only through its collection, which the request
-path looks up by the caller's project. Money is integer nano-USD.
+path looks up by the caller's project. Stored files belong to a project too: their metadata in
+:class:`StoredFile`, their bytes in :class:`StoredFileChunk`, their metered size in
+:class:`FileStorage`. Money is integer nano-USD.
 """
 
 from __future__ import annotations
@@ -92,19 +94,62 @@ class VectorItem(models.Model):
 
 
 class StoredFile(models.Model):
-    """A file uploaded with ``POST /v1/files`` (kept in the database: text files are small)."""
+    """A file uploaded with ``POST /v1/files``: its metadata only (what ``GET /v1/files``
+    lists). The bytes are :class:`StoredFileChunk` rows, read only by the content endpoint and
+    by attaching the file to a vector store (see :mod:`vectors.files`)."""
 
     organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     public_id = models.CharField(max_length=40, unique=True)
     filename = models.CharField(max_length=256)
     purpose = models.CharField(max_length=32)
-    content = models.BinaryField()
     bytes = models.BigIntegerField()
     created_at = models.DateTimeField(default=timezone.now)
 
+    class Meta:
+        indexes = [models.Index(fields=("project", "id"), name="vector_file_project_idx")]
+
     def __str__(self) -> str:
         return self.public_id
+
+
+class StoredFileChunk(models.Model):
+    """Bytes ``seq × FILE_CHUNK_BYTES`` onwards of one stored file (at most that many): the
+    contents live here, out of the table that is listed, and are read a chunk at a time."""
+
+    file = models.ForeignKey(StoredFile, on_delete=models.CASCADE, related_name="+")
+    seq = models.PositiveIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=("file", "seq"), name="vector_file_chunk_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.file_id}#{self.seq}"
+
+
+class FileStorage(models.Model):
+    """The stored files of one project as storage is metered: their ``size_bytes`` (the sum
+    of their ``bytes``) and the accrual, exactly as a collection's (``metered_at``,
+    ``accrued_storage`` in nano-USD × 86 400 × 10^9, ``storage_charged_nanos``); uploads and
+    deletes accrue it too, so ``charged_until`` says where the next charge's period starts.
+    Its size changes only under the organization's file lock (:mod:`vectors.files`)."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="+")
+    size_bytes = models.BigIntegerField(default=0)
+    file_count = models.BigIntegerField(default=0)
+    metered_at = models.DateTimeField(default=timezone.now)
+    accrued_storage = models.DecimalField(max_digits=40, decimal_places=0, default=Decimal(0))
+    charged_until = models.DateTimeField(
+        default=timezone.now, help_text="The end of the last charge's period."
+    )
+    storage_charged_nanos = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"files of project {self.project_id}"
 
 
 class FileStatus(models.TextChoices):
@@ -136,7 +181,8 @@ class VectorStoreFile(models.Model):
 
 
 class StorageCharge(models.Model):
-    """One storage charge of one collection (the beat task's hold → settle).
+    """One storage charge of one collection, or of one project's stored files
+    (``file_storage``), by the beat task's hold → settle.
 
     ``charged_nanos`` is ``None`` until the wallet was charged (a row left so is retried);
     ``amount_nanos - charged_nanos`` is what the wallet could not cover.
@@ -144,6 +190,9 @@ class StorageCharge(models.Model):
 
     collection = models.ForeignKey(
         Collection, on_delete=models.SET_NULL, null=True, related_name="charges"
+    )
+    file_storage = models.ForeignKey(
+        FileStorage, on_delete=models.SET_NULL, null=True, blank=True, related_name="charges"
     )
     organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")

@@ -9,27 +9,29 @@ tokens), embeds the chunks through ``/v1/embeddings`` (billed there) and writes 
 vectors ``<file id>#<n>`` whose metadata are the file's ``attributes`` plus
 ``_file_id`` / ``_filename``. The work is done before the answer, so the file comes back
 ``completed`` (or ``failed`` with ``last_error`` for a file that is not UTF-8 text). A search
-is a billed query (:func:`vectors.flows.search`).
+is a billed query (:func:`vectors.flows.search`). Uploads are metered writes (a wallet that
+cannot pay a GB-day of the file gets a 402) within the organization's storage quota; files'
+bytes, quota and listing are :mod:`vectors.files`.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 import tiktoken
-from asgiref.sync import sync_to_async
 from django.db.models import Count, Q
 
 from config.db import db_async
 from config.errors import InvalidRequest, NotFound, invalid_type, missing_param
 from inference import multipart, tokens
 from inference.endpoints import metered
-from inference.http import ApiRequest, Response, json_response, route
-from vectors import metering, services, validation
+from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
+from vectors import files, metering, services, validation
 from vectors.embedding import embed_texts
-from vectors.flows import deposit_for, embedding_model_for, search
+from vectors.flows import deposit_for, deposit_for_bytes, embedding_model_for, search
 from vectors.models import Collection, FileStatus, StoredFile, VectorStoreFile
 from vectors.store import Item, item_bytes
 
@@ -172,74 +174,123 @@ def store_file_json(sf: VectorStoreFile, store_id: str, file_id: str) -> dict[st
     }
 
 
-def _page(data: list[dict[str, Any]]) -> dict[str, Any]:
+def _page(data: list[dict[str, Any]], *, has_more: bool = False) -> dict[str, Any]:
     return {
         "object": "list",
         "data": data,
         "first_id": data[0]["id"] if data else None,
         "last_id": data[-1]["id"] if data else None,
-        "has_more": False,
+        "has_more": has_more,
     }
 
 
 # --- files ------------------------------------------------------------------------------------
 
 
-def _file_find(*, project_id: int, file_id: str, param: str = "file_id") -> StoredFile:
-    found = StoredFile.objects.filter(project_id=project_id, public_id=file_id).first()
-    if found is None:
-        raise NotFound(f"No such File object: {file_id}", code="not_found", param=param)
-    return found
+def _one(request: ApiRequest, name: str) -> str | None:
+    values = request.query.get(name)
+    return values[-1] if values else None
 
 
-@metering.free_call("files")
+def _list_params(request: ApiRequest) -> tuple[int, str, str | None, str | None]:
+    """``GET /v1/files``'s query: ``limit`` (1-10,000, default 10,000), ``order`` (``desc``,
+    the default, or ``asc``), ``after`` (a file id) and ``purpose``."""
+    raw = _one(request, "limit")
+    try:
+        limit = files.MAX_PAGE if raw is None else int(raw)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= files.MAX_PAGE:
+        raise InvalidRequest(
+            f"'limit' must be an integer from 1 to {files.MAX_PAGE}.", param="limit"
+        )
+    order = _one(request, "order") or "desc"
+    if order not in ("asc", "desc"):
+        raise InvalidRequest("'order' must be 'asc' or 'desc'.", param="order")
+    return limit, order, _one(request, "after"), _one(request, "purpose")
+
+
 async def files_create(request: ApiRequest) -> Response:
-    fields, files = await multipart.aparse(request.headers.get("content-type", ""), request.body)
+    """Store an upload: a metered call that must be able to pay one GB-day of the file's
+    bytes (402 ``insufficient_quota``, nothing stored) and fit the organization's quota (400
+    ``storage_quota_exceeded``, ``param: file``). The write itself is free; storage is
+    charged per GB-day by :func:`vectors.metering.storage_meter`."""
+    fields, uploads = await multipart.aparse(request.headers.get("content-type", ""), request.body)
     if fields.get("purpose") is None:
         raise missing_param("purpose")
     purpose = metered.choice(fields, "purpose", PURPOSES, default="")
-    upload = files.get("file")
+    upload = uploads.get("file")
     if upload is None:
         raise missing_param("file")
     key = request.caller
+    deposit = await deposit_for_bytes(len(upload.content))
+    store = db_async(files.file_create)
 
-    def create() -> StoredFile:
-        return StoredFile.objects.create(
+    call, stored = await metering.metered_call(
+        request,
+        endpoint="files",
+        hold_nanos=deposit,
+        charge=False,
+        work=lambda: store(
             organization_id=key.organization_id,
             project_id=key.project_id,
-            public_id=services.new_public_id("file-"),
             filename=(upload.filename or "upload").replace("\x00", "")[:256] or "upload",
             purpose=purpose,
             content=upload.content,
-            bytes=len(upload.content),
-        )
-
-    return json_response(file_json(await db_async(create)()))
+        ),
+    )
+    return json_response(file_json(stored), headers=call.headers())
 
 
 @metering.free_call("files")
 async def files_list(request: ApiRequest) -> Response:
-    def rows() -> list[StoredFile]:
-        return list(
-            StoredFile.objects.filter(project_id=request.caller.project_id).order_by("-pk")[:10000]
-        )
-
-    return json_response(_page([file_json(f) for f in await db_async(rows)()]))
+    """OpenAI's cursor page of the project's files (metadata only, never their bytes)."""
+    limit, order, after, purpose = _list_params(request)
+    page = await db_async(files.files_page)(
+        project_id=request.caller.project_id,
+        limit=limit,
+        order=order,
+        after=after,
+        purpose=purpose,
+    )
+    return json_response(_page([file_json(f) for f in page.files], has_more=page.has_more))
 
 
 @metering.free_call("files")
 async def file_get(request: ApiRequest) -> Response:
-    found = await db_async(_file_find)(
+    found = await db_async(files.file_find)(
         project_id=request.caller.project_id, file_id=request.path_params["file_id"]
     )
     return json_response(file_json(found))
 
 
 @metering.free_call("files")
+async def file_content(request: ApiRequest) -> StreamingResponse:
+    """The file's bytes, streamed one chunk (1 MiB) at a time: memory bounded by a chunk
+    whatever the file's size. A file deleted while it streams ends early."""
+    found = await db_async(files.file_find)(
+        project_id=request.caller.project_id, file_id=request.path_params["file_id"]
+    )
+    chunk = db_async(files.file_chunk)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        seq = 0
+        while (data := await chunk(stored=found, seq=seq)) is not None:
+            yield data
+            seq += 1
+
+    return StreamingResponse(
+        chunks(),
+        content_type=b"application/octet-stream",
+        headers={"content-disposition": f'attachment; filename="{found.public_id}"'},
+    )
+
+
+@metering.free_call("files")
 async def file_delete(request: ApiRequest) -> Response:
     file_id = request.path_params["file_id"]
-    found = await db_async(_file_find)(project_id=request.caller.project_id, file_id=file_id)
-    await sync_to_async(found.delete)()
+    found = await db_async(files.file_find)(project_id=request.caller.project_id, file_id=file_id)
+    await db_async(files.file_delete)(stored=found)
     return json_response({"id": file_id, "object": "file", "deleted": True})
 
 
@@ -267,7 +318,7 @@ async def stores_create(request: ApiRequest) -> Response:
     size, overlap = chunking(data.get("chunking_strategy"))
     key = request.caller
     for i, file_id in enumerate(file_ids):  # 404 before anything is created
-        await db_async(_file_find)(
+        await db_async(files.file_find)(
             project_id=key.project_id, file_id=file_id, param=f"file_ids[{i}]"
         )
     created = await db_async(services.collection_create)(
@@ -335,7 +386,7 @@ async def _attach(
     overlap: int,
 ) -> tuple[VectorStoreFile, str]:
     """Chunk, embed (billed) and write one file's text into ``store``."""
-    stored = await db_async(_file_find)(project_id=request.caller.project_id, file_id=file_id)
+    stored = await db_async(files.file_find)(project_id=request.caller.project_id, file_id=file_id)
     link, _ = await db_async(VectorStoreFile.objects.update_or_create)(
         collection=store,
         file=stored,
@@ -346,8 +397,9 @@ async def _attach(
             "last_error": None,
         },
     )
+    content = await db_async(files.file_content)(stored=stored)
     try:
-        text = bytes(stored.content).decode("utf-8").replace("\x00", "")
+        text = content.decode("utf-8").replace("\x00", "")
     except UnicodeDecodeError:
         text = None
     chunks = chunk_text(text, max_tokens=size, overlap=overlap) if text else []
@@ -517,6 +569,7 @@ def register() -> None:
     upload = "INFRAI_MAX_UPLOAD_BYTES"
     route("/v1/files", methods={"POST": files_create, "GET": files_list}, body_limit_setting=upload)
     route("/v1/files/{file_id}", methods={"GET": file_get, "DELETE": file_delete})
+    route("/v1/files/{file_id}/content", methods={"GET": file_content})
     route("/v1/vector_stores", methods={"POST": stores_create, "GET": stores_list})
     route(
         "/v1/vector_stores/{vector_store_id}",

@@ -267,6 +267,9 @@ INSTALLED_APPS += ["management"]  # the management API (/v1/organization/…, ad
 
 # --- the vector store (docs/vector_store.md) ---
 INSTALLED_APPS += ["vectors"]
+# Bytes of /v1/files an organization may keep stored (an upload beyond it: 400
+# storage_quota_exceeded); 10 GB costs $1 a day at the list price.
+INFRAI_FILES_QUOTA_BYTES = env.int("INFRAI_FILES_QUOTA_BYTES", default=10 * 1000**3)
 # Engine of new collections: "embedded" (exact numpy search, vectors in this database; no
 # server) or "pgvector" (PostgreSQL with the pgvector extension, HNSW).
 INFRAI_VECTOR_ENGINE = env("INFRAI_VECTOR_ENGINE", default="embedded")
