@@ -6,6 +6,13 @@ Why uvicorn (see ``docs/security.md``): it hands the request body to the app as 
 the app refuses an oversized body on its declared length and counts bytes of a chunked one;
 daphne (through Twisted) buffers and parses the whole body before the app runs.
 
+Slow clients (see ``docs/security.md``): the request head must arrive within
+``INFRAI_HEADER_TIMEOUT_S`` and the body keep a minimum pace (``INFRAI_BODY_TIMEOUT_S``,
+``INFRAI_BODY_MIN_RATE_BPS``), else the connection is closed (:mod:`config.timeouts`); only
+reading the request is timed, never a response. The process also raises its own open-files
+limit to the hard limit, so that the connections a timeout has not closed yet do not exhaust
+the default 1,024 descriptors.
+
 Shutdown (SIGTERM or Ctrl-C): the listening sockets close first; then
 :func:`inference.pipeline.drain` lets the calls in flight finish for ``INFRAI_DRAIN_S``
 seconds, ends the rest (a stream gets an error event and ``[DONE]``, a non-streamed call a 503)
@@ -18,6 +25,7 @@ import argparse
 import gc
 import importlib.util
 import os
+import resource
 import socket
 
 import uvicorn
@@ -65,7 +73,10 @@ def settle_the_heap() -> None:
 def build(host: str, port: int, *, log_level: str = "warning") -> DrainingServer:
     """The configured server (the app is imported here, after ``DJANGO_SETTINGS_MODULE``)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    from django.conf import settings
+
     from config.asgi import application
+    from config.timeouts import timed_protocol
     from inference import tokens
 
     tokens.load()  # not in the first call's latency
@@ -79,14 +90,32 @@ def build(host: str, port: int, *, log_level: str = "warning") -> DrainingServer
         proxy_headers=True,
         server_header=False,
         timeout_graceful_shutdown=5,
-        # uvloop and httptools (both in uvicorn[standard]) when installed, as "auto" picks;
-        # named here so the choice is visible. No access log: a log record per call on the
-        # event loop, and every /v1 call already has its request-log row.
+        # uvloop when installed, as "auto" picks; httptools (in uvicorn[standard], a dependency)
+        # always: the read timeouts are a subclass of its protocol. No access log: a log record
+        # per call on the event loop, and every /v1 call already has its request-log row.
         loop="uvloop" if _installed("uvloop") else "asyncio",
-        http="httptools" if _installed("httptools") else "h11",
+        http=timed_protocol(
+            header_timeout_s=settings.INFRAI_HEADER_TIMEOUT_S,
+            body_timeout_s=settings.INFRAI_BODY_TIMEOUT_S,
+            body_min_rate=settings.INFRAI_BODY_MIN_RATE_BPS,
+        ),
         access_log=False,
     )
     return DrainingServer(config)
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit (a systemd unit's is
+    524,288; a login shell's soft limit is often 1,024); returns the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1_048_576)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (OSError, ValueError):  # a platform that refuses: keep what we have
+            pass
+    return soft
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -95,6 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
+    raise_open_files_limit()
     server = build(args.host, args.port, log_level=args.log_level)
     settle_the_heap()  # the process's own heap only: tests that build() in-process keep theirs
     server.run()

@@ -7,6 +7,8 @@ What the consumer does for every call:
 1. **before reading any of the body**: refuses a declared ``Content-Length`` over the route's
    limit (``INFRAI_MAX_BODY_BYTES`` unless the route names another setting, e.g. uploads) with
    413 and ``connection: close``; finds the route (404 unknown path, 405 wrong method);
+   refuses a query value PostgreSQL cannot take (a NUL, invalid Unicode: 400 naming the
+   parameter, :mod:`config.querystring`);
    authenticates when the route needs it (a metered route whose handler counts the call
    before doing anything for it — ``confirms_key`` — takes the key's remembered context and
    confirms it in the rate-limit round trip: :mod:`accounts.auth`); runs the route's
@@ -49,6 +51,7 @@ from config.errors import (
     RequestTooLarge,
     internal_error,
 )
+from config.querystring import query_value_error, unstorable_param
 
 log = logging.getLogger(__name__)
 
@@ -350,6 +353,8 @@ async def v1_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if _declared_length(headers) > limit:
             raise too_large(limit)
         matched, handler, request.path_params = resolve(request.method, request.path, found)
+        if request.query and (param := unstorable_param(request.query.items())) is not None:
+            raise query_value_error(param)
         if matched.authenticated:
             request.key = await authenticate(
                 headers.get("authorization"), confirm=not matched.confirms_key

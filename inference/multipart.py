@@ -3,7 +3,9 @@
 A streaming parser (python-multipart) with the part count, field sizes and part headers capped,
 so a body of many small parts is refused after :data:`MAX_PARTS` of them instead of costing a
 parse of every one. The parse is plain CPU work: async callers run it in a worker thread
-(:func:`aparse`), never on the event loop. Every refusal is a 400 naming ``file``.
+(:func:`aparse`), never on the event loop. Every refusal is a 400 naming ``file`` (or the
+field): the caps', and whatever python-multipart raises, from its constructor (a boundary over
+256 bytes) to ``finalize``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, NamedTuple
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from config.errors import InvalidRequest
+from config.querystring import encodable
 
 # Parts (fields and files together) one body may hold.
 MAX_PARTS = 16
@@ -112,6 +115,8 @@ class _Collector:
         self._data = []
         filename = self._filename()
         if filename is not None:
+            if not encodable(filename):  # RFC 2231: ``filename*=unicode_escape''%5Cud800``
+                self.refuse(_malformed("a part's filename is not valid Unicode"))
             self.files[name] = Upload(filename, content, self._content_type())
             return
         text = content.decode("utf-8", errors="replace")
@@ -145,20 +150,14 @@ class _Collector:
         return self._disposition().get_content_type()
 
 
-def parse(
-    content_type: str, body: bytes, *, max_parts: int = MAX_PARTS
-) -> tuple[dict[str, Any], dict[str, Upload]]:
-    """``(fields, files)`` of a ``multipart/form-data`` body; repeated fields become lists.
-
-    400 (param ``file``, or the field) for a body that is not well-formed multipart, holds more
-    than ``max_parts`` parts, a field over :data:`MAX_FIELD_BYTES`, or oversized part headers.
-    CPU-bound: async code calls :func:`aparse`.
-    """
+def _feed(collector: _Collector, content_type: str, body: bytes) -> None:
+    """Run the parser over ``body`` into ``collector``. Everything python-multipart may raise,
+    from the constructor (a boundary over 256 bytes) to ``finalize``, propagates to
+    :func:`parse`, which turns it into a 400."""
     kind, options = parse_options_header(content_type)
     boundary = options.get(b"boundary")
     if kind != b"multipart/form-data" or not boundary:
         raise _malformed("no boundary")
-    collector = _Collector(max_parts=max_parts)
     callbacks: Any = {
         f"on_{name}": getattr(collector, f"on_{name}")
         for name in (
@@ -173,13 +172,28 @@ def parse(
         )
     }
     parser = MultipartParser(boundary, callbacks)
+    parser.write(body)
+    parser.finalize()
+
+
+def parse(
+    content_type: str, body: bytes, *, max_parts: int = MAX_PARTS
+) -> tuple[dict[str, Any], dict[str, Upload]]:
+    """``(fields, files)`` of a ``multipart/form-data`` body; repeated fields become lists.
+
+    400 (param ``file``, or the field) for a body that is not well-formed multipart, holds more
+    than ``max_parts`` parts, a field over :data:`MAX_FIELD_BYTES`, or oversized part headers.
+    CPU-bound: async code calls :func:`aparse`.
+    """
+    collector = _Collector(max_parts=max_parts)
     try:
-        parser.write(body)
-        parser.finalize()
+        _feed(collector, content_type, body)
     except _Refused:
         assert collector.refusal is not None
         raise collector.refusal from None
-    except Exception:  # the parser's own errors name offsets and states, not useful to callers
+    except InvalidRequest:
+        raise
+    except Exception:  # FormParserError, ValueError …: they name offsets and states, not useful
         raise _malformed("it could not be parsed") from None
     if collector.parts == 0 or not collector.ended:
         raise _malformed("it holds no parts" if collector.parts == 0 else "it is incomplete")

@@ -52,6 +52,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # A NUL or invalid Unicode in a query value: 400 naming it, before any view (docs/security.md).
+    "config.querystring.QueryValueMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
@@ -195,6 +197,15 @@ INFRAI_MAX_STREAM_S = env.float("INFRAI_MAX_STREAM_S", default=1800.0)
 # On SIGTERM (python -m config.server): how long calls in flight may finish before they are
 # ended with an error event and billed for what they delivered.
 INFRAI_DRAIN_S = env.float("INFRAI_DRAIN_S", default=20.0)
+# Slow clients (config/timeouts.py, docs/security.md): a connection whose request line and
+# headers are not complete this many seconds after it opened (or after the first byte of its
+# next request) is closed; nginx's client_header_timeout where nginx is in front.
+INFRAI_HEADER_TIMEOUT_S = env.float("INFRAI_HEADER_TIMEOUT_S", default=10.0)
+# A request body must advance in every window of this many seconds, by at least
+# INFRAI_BODY_MIN_RATE_BPS bytes a second on average; else the connection is closed and the app
+# sees a disconnect. Responses (streams) are never timed by these.
+INFRAI_BODY_TIMEOUT_S = env.float("INFRAI_BODY_TIMEOUT_S", default=30.0)
+INFRAI_BODY_MIN_RATE_BPS = env.float("INFRAI_BODY_MIN_RATE_BPS", default=500.0)
 # PostgreSQL connections per web process for the /v1 hot path's own statements (hold, log and
 # settle: config/adb.py), beside Django's pool for everything else. A call holds one for about
 # a millisecond per statement, so 8 carry a process's ~1,000 calls/s with room to spare; more

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -36,6 +38,9 @@ from dashboard.permissions import MANAGE_ORG, OrgContext, org_view
 from dashboard.views.common import raise_404, render_org
 from money.usd import NANOS_PER_CENT
 
+# What the ``slug`` URL converter takes, as long as Organization.slug may be.
+_SLUG = re.compile(r"[-a-zA-Z0-9_]{1,64}")
+
 
 @login_required
 def org_create(request: HttpRequest) -> HttpResponse:
@@ -53,9 +58,12 @@ def org_create(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def org_switch(request: HttpRequest) -> HttpResponse:
-    """The switcher's target: go to the chosen organization (membership checked there)."""
+    """The switcher's target: go to the chosen organization (membership checked there); a
+    value that cannot be a slug goes home, as no choice does."""
     slug = request.GET.get("org", "")
-    return redirect("dashboard:overview", slug=slug) if slug else redirect("dashboard:home")
+    if _SLUG.fullmatch(slug) is None:
+        return redirect("dashboard:home")
+    return redirect("dashboard:overview", slug=slug)
 
 
 @org_view()

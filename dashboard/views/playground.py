@@ -9,6 +9,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from accounts.selectors import project_get, projects_for_organization
+from config.querystring import query_id
 from dashboard import selectors, services
 from dashboard.forms import PlaygroundForm
 from dashboard.permissions import USE_KEYS, OrgContext, org_view
@@ -40,10 +41,10 @@ def playground(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
         "models": [m for m in selectors.model_prices() if "chat" in m.capabilities],
         "base_url": settings.INFRAI_PUBLIC_BASE_URL,
     }
-    project_id = request.GET.get("project", "")
+    project_id = query_id(request.GET.get("project", ""))
     project = (
-        project_get(organization=ctx.organization, project_id=int(project_id))
-        if project_id.isdigit()
+        project_get(organization=ctx.organization, project_id=project_id)
+        if project_id is not None
         else None
     )
     if project is not None and project.archived_at is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 
+from config.querystring import query_id
 from dashboard.permissions import OrgContext, org_view
 from dashboard.views.common import render_org
 from vectors.selectors import collections_for_organization
@@ -12,8 +13,7 @@ from vectors.selectors import collections_for_organization
 @org_view()
 def vector_collections(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
     """Every collection of the organization's projects (``?project=<id>``: one project's)."""
-    raw = request.GET.get("project", "")
-    project_id = int(raw) if raw.isdigit() else None
+    project_id = query_id(request.GET.get("project", ""))
     rows = collections_for_organization(organization_id=ctx.organization.pk, project_id=project_id)
     return render_org(
         request,

@@ -13,6 +13,7 @@ from django.shortcuts import redirect
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from config.querystring import query_id
 from dashboard import selectors, statements, topups
 from dashboard.forms import AutoRechargeForm, StatementForm, TopUpForm
 from dashboard.permissions import SEE_BILLING, OrgContext, org_view
@@ -31,8 +32,7 @@ def _usd(nanos: int) -> Decimal:
 
 
 def _int_param(request: HttpRequest, name: str) -> int | None:
-    value = request.GET.get(name, "")
-    return int(value) if value.isdigit() else None
+    return query_id(request.GET.get(name, ""))
 
 
 def _to_checkout(

@@ -18,6 +18,8 @@ import pytest
 from accounts import keys
 from accounts.models import ApiKey
 from billing.models import Hold, LedgerEntry
+from config.errors import InvalidRequest
+from inference import multipart
 from inference.http import MAX_JSON_DEPTH, json_too_deep
 
 GIB = 1024**3
@@ -244,3 +246,74 @@ def test_astronomical_max_tokens_is_a_400_never_a_500(
     assert response.json()["error"]["type"] == "invalid_request_error"
     assert response.headers.get("retry-after") is None
     assert not Hold.objects.exists()
+
+
+# --- multipart bodies the parser refuses (every refusal a 400 naming ``file``) -----------------
+def _upload_body(boundary: str, disposition: str = 'name="file"; filename="a.txt"') -> bytes:
+    return (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nassistants\r\n'
+        f"--{boundary}\r\nContent-Disposition: form-data; {disposition}\r\n"
+        f"Content-Type: text/plain\r\n\r\nhello\r\n--{boundary}--\r\n"
+    ).encode()
+
+
+HOSTILE_MULTIPART = {
+    # python-multipart's constructor raises FormParserError past 256 characters.
+    "a 300-character boundary": ("b" * 300, _upload_body("b" * 300)),
+    "a 10,000-character boundary": ("b" * 10_000, _upload_body("b" * 10_000)),
+    "an empty boundary": ("", _upload_body("x")),
+    # RFC 2231 lets the part name its own codec: this one decodes to a lone surrogate.
+    "a filename that decodes to a surrogate": (
+        "x",
+        _upload_body("x", "name=\"file\"; filename*=unicode_escape''%5Cud800.txt"),
+    ),
+    "a part header without a colon": ("x", b"--x\r\nContent-Disposition\r\n\r\nhi\r\n--x--\r\n"),
+    "a body cut inside a part's headers": ("x", b"--x\r\nContent-Disposition: form-da"),
+}
+
+
+@pytest.mark.parametrize("path", ["/audio/transcriptions", "/files"])
+@pytest.mark.parametrize("case", list(HOSTILE_MULTIPART))
+def test_a_malformed_multipart_body_is_a_400_naming_file(issue_key, api_base, path, case):
+    boundary, body = HOSTILE_MULTIPART[case]
+    response = httpx.post(
+        api_base + path,
+        content=body,
+        headers={
+            "authorization": f"Bearer {issue_key()}",
+            "content-type": f"multipart/form-data; boundary={boundary}",
+        },
+        timeout=30,
+    )
+    assert response.status_code == 400, response.text
+    error = _assert_openai_error(response.content, "invalid_value")
+    assert error["param"] == "file"
+    assert error["type"] == "invalid_request_error"
+
+
+def test_the_multipart_parser_raises_nothing_but_a_400_on_any_prefix_or_boundary():
+    """Every prefix of a valid body, under boundaries from 1 to 300 characters and broken
+    content types: parsed, or refused with ``InvalidRequest`` — never another exception."""
+    outcomes = {"parsed": 0, "refused": 0}
+    for boundary in ("x", "b" * 70, "b" * 256, "b" * 257, "b" * 300, "a b;c", "é"):
+        body = _upload_body(boundary)
+        content_types = [
+            f"multipart/form-data; boundary={boundary}",
+            f'multipart/form-data; boundary="{boundary}"; charset=\x00',
+            "multipart/form-data; boundary",
+            "multipart/form-data; boundary*=utf-8''%ff",
+        ]
+        for content_type in content_types:
+            for end in range(0, len(body) + 1, 7):
+                try:
+                    multipart.parse(content_type, body[:end])
+                    outcomes["parsed"] += 1
+                except InvalidRequest as exc:
+                    assert exc.param == "file", exc
+                    outcomes["refused"] += 1
+            try:
+                multipart.parse(content_type, body)
+                outcomes["parsed"] += 1
+            except InvalidRequest:
+                outcomes["refused"] += 1
+    assert outcomes["parsed"] > 0 and outcomes["refused"] > 0, outcomes
