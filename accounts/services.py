@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import secrets
 from datetime import datetime, timedelta
+from typing import Final
 
 from django.conf import settings
 from django.db import transaction
@@ -21,6 +23,14 @@ from accounts.models import (
     Project,
     Role,
     User,
+)
+from accounts.policy import (
+    MEMBER_KEY_CEILING,
+    OWNS_LIMITS,
+    Actor,
+    KeyLimits,
+    credential_change_check,
+    key_limits_check,
 )
 from config import fastcache
 
@@ -318,3 +328,124 @@ def invitation_accept(*, invitation: Invitation, user: User) -> Membership:
         locked.accepted_at = timezone.now()
         locked.save(update_fields=["accepted_at"])
     return membership
+
+
+# --- keys on someone's behalf: the rules of accounts.policy ---------------------------------
+
+
+class _Default(enum.Enum):
+    DEFAULT = "default"
+
+
+#: "Not given": the limit the actor's role gets by default (see :func:`api_key_issue`).
+DEFAULT: Final = _Default.DEFAULT
+
+
+def _creator_role(*, api_key: ApiKey) -> Role | None:
+    if api_key.created_by_id is None:
+        return None
+    role = (
+        Membership.objects.filter(
+            organization_id=api_key.organization_id, user_id=api_key.created_by_id
+        )
+        .values_list("role", flat=True)
+        .first()
+    )
+    return Role(role) if role is not None else None
+
+
+def api_key_issue(
+    *,
+    actor: Actor,
+    project: Project,
+    name: str = "",
+    expires_at: datetime | None = None,
+    requests_per_minute: int | _Default = DEFAULT,
+    tokens_per_minute: int | _Default = DEFAULT,
+    monthly_budget_nanos: int | _Default | None = DEFAULT,
+) -> tuple[ApiKey, str]:
+    """Create a key for ``project`` on ``actor``'s behalf (the dashboard's and the management
+    API's way in); returns the row and the full key (show it once).
+
+    A limit left :data:`DEFAULT` is the keys' default for owners and admins (600 requests and
+    1,000,000 tokens a minute, no budget) and :data:`~accounts.policy.MEMBER_KEY_CEILING` for
+    anyone else. Raises :class:`~accounts.policy.NotAllowed` (nothing created) when a limit is
+    above what ``actor``'s role may give (:func:`~accounts.policy.key_limits_check`).
+    """
+    ceiling = MEMBER_KEY_CEILING
+    owns = actor.role in OWNS_LIMITS
+    requested = KeyLimits(
+        requests_per_minute=ceiling.requests_per_minute
+        if requests_per_minute is DEFAULT
+        else requests_per_minute,
+        tokens_per_minute=ceiling.tokens_per_minute
+        if tokens_per_minute is DEFAULT
+        else tokens_per_minute,
+        monthly_budget_nanos=(None if owns else ceiling.monthly_budget_nanos)
+        if monthly_budget_nanos is DEFAULT
+        else monthly_budget_nanos,
+    )
+    key_limits_check(actor=actor, requested=requested, bound=ceiling)
+    return api_key_create(
+        project=project,
+        name=name,
+        expires_at=expires_at,
+        created_by=actor.user,
+        requests_per_minute=requested.requests_per_minute,
+        tokens_per_minute=requested.tokens_per_minute,
+        monthly_budget_nanos=requested.monthly_budget_nanos,
+    )
+
+
+def api_key_change(
+    *,
+    actor: Actor,
+    api_key: ApiKey,
+    name: str | None,
+    expires_at: datetime | None,
+    limits: KeyLimits | None = None,
+) -> ApiKey:
+    """Change a key on ``actor``'s behalf: rename (``name`` ``None`` keeps it), set the expiry
+    (written as given: pass the current one to keep it) and, unless ``limits`` is ``None``, its
+    limits. One transaction; the cached ``/v1`` lookup is dropped.
+
+    Raises :class:`~accounts.policy.NotAllowed` (nothing changed) when ``actor`` may not change
+    this key (:func:`~accounts.policy.credential_change_check`) or may not loosen its limits
+    (:func:`~accounts.policy.key_limits_check` against the key's current limits).
+    """
+    credential_change_check(
+        actor=actor,
+        creator_id=api_key.created_by_id,
+        creator_role=_creator_role(api_key=api_key),
+        what="API key",
+    )
+    if limits is not None:
+        current = KeyLimits(
+            requests_per_minute=api_key.requests_per_minute,
+            tokens_per_minute=api_key.tokens_per_minute,
+            monthly_budget_nanos=api_key.monthly_budget_nanos,
+        )
+        key_limits_check(actor=actor, requested=limits, bound=current)
+    with transaction.atomic():
+        api_key_update(api_key=api_key, name=name, expires_at=expires_at)
+        if limits is not None:
+            api_key_limits_set(
+                api_key=api_key,
+                requests_per_minute=limits.requests_per_minute,
+                tokens_per_minute=limits.tokens_per_minute,
+                monthly_budget_nanos=limits.monthly_budget_nanos,
+            )
+    return api_key
+
+
+def api_key_revoke_as(*, actor: Actor, api_key: ApiKey) -> ApiKey:
+    """Revoke a key on ``actor``'s behalf (:func:`api_key_revoke`); raises
+    :class:`~accounts.policy.NotAllowed` (nothing revoked) when ``actor`` may not: an owner's key
+    needs an owner, someone else's key an owner or admin."""
+    credential_change_check(
+        actor=actor,
+        creator_id=api_key.created_by_id,
+        creator_role=_creator_role(api_key=api_key),
+        what="API key",
+    )
+    return api_key_revoke(api_key=api_key)

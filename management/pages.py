@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import URLPattern, path
 
+from accounts.policy import Actor, NotAllowed
 from dashboard.permissions import MANAGE_ORG, OrgContext, org_view
 from dashboard.views.common import no_store, raise_404, render_org
 from management.models import AdminKey
@@ -50,7 +52,10 @@ def _revoke(request: HttpRequest, ctx: OrgContext, revoke: str) -> HttpResponse:
     )
     if found is None:
         raise_404()
-    admin_key_revoke(admin_key=found, revoked_by=ctx.user)
+    try:
+        admin_key_revoke(admin_key=found, actor=Actor(user=ctx.user, role=ctx.role))
+    except NotAllowed as error:
+        raise PermissionDenied(error.message) from None
     messages.success(request, f"Revoked {found.display}. Calls with it now fail with 401.")
     return redirect("dashboard:admin_keys", slug=ctx.organization.slug)
 

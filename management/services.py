@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
+from accounts.policy import Actor, credential_change_check
 from accounts.roles import Role
-from accounts.selectors import membership_get
+from accounts.selectors import membership_get, membership_get_by_user_id
 from dashboard.permissions import MANAGE_ORG, role_allows
 from management import keys
 from management.models import AdminKey
@@ -41,10 +42,29 @@ def admin_key_create(
     return admin_key, raw
 
 
-def admin_key_revoke(*, admin_key: AdminKey, revoked_by: User | None) -> AdminKey:
-    """Revoke an admin key (effective on its next call: lookups are not cached)."""
+def admin_key_revoke(*, admin_key: AdminKey, actor: Actor) -> AdminKey:
+    """Revoke an admin key on ``actor``'s behalf (effective on its next call: lookups are not
+    cached); ``actor.user`` is recorded as ``revoked_by``.
+
+    Raises :class:`~accounts.policy.NotAllowed` (nothing revoked) unless ``actor`` may: anyone
+    their own key; only an owner a key whose creator is currently an owner; owners and admins
+    the rest (:func:`accounts.policy.credential_change_check`).
+    """
+    creator = (
+        membership_get_by_user_id(
+            organization=admin_key.organization, user_id=admin_key.created_by_id
+        )
+        if admin_key.created_by_id is not None
+        else None
+    )
+    credential_change_check(
+        actor=actor,
+        creator_id=admin_key.created_by_id,
+        creator_role=creator.role if creator is not None else None,
+        what="admin key",
+    )
     if admin_key.revoked_at is None:
         admin_key.revoked_at = timezone.now()
-        admin_key.revoked_by = revoked_by
+        admin_key.revoked_by = actor.user
         admin_key.save(update_fields=["revoked_at", "revoked_by"])
     return admin_key

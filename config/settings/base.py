@@ -245,7 +245,9 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+# Also locks a user name out after 10 wrong passwords from all addresses together
+# (accounts/throttle.py).
+AXES_HANDLER = "accounts.throttle.LoginAttemptHandler"
 AXES_FAILURE_LIMIT = 5
 AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]

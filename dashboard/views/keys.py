@@ -2,8 +2,12 @@
 
 Creation is post/redirect/get: the POST creates the key and parks the full key in the session
 under the key's id; the redirected GET shows it and removes it from the session, so a reload
-(or the back button) shows it never again and never creates another key. Revoking a key someone
-else created needs an owner or admin.
+(or the back button) shows it never again and never creates another key.
+
+Every write goes through the services the management API uses (``api_key_issue``,
+``api_key_change``, ``api_key_revoke_as``), so the rules of :mod:`accounts.policy` hold here
+too: a member's key gets the members' limits (a budget included); changing or revoking a key
+someone else created needs an owner or admin, and an owner's key needs an owner.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from django.shortcuts import redirect
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from accounts.policy import Actor, NotAllowed
 from accounts.selectors import api_key_get, api_keys_for_organization, projects_for_organization
-from accounts.services import api_key_create, api_key_revoke, api_key_update
+from accounts.services import api_key_change, api_key_issue, api_key_revoke_as
 from dashboard.forms import ApiKeyCreateForm, ApiKeyEditForm
 from dashboard.permissions import USE_KEYS, OrgContext, org_view
 from dashboard.views.common import no_store, raise_404, render_org
@@ -62,14 +67,21 @@ def key_create(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
     form = ApiKeyCreateForm(request.POST, projects=projects)
     if not form.is_valid():
         return _list_page(request, ctx, form, status=400)
-    api_key, raw = api_key_create(
-        project=form.cleaned_data["project"],
-        name=form.cleaned_data["name"],
-        expires_at=form.expires_at,
-        created_by=ctx.user,
-    )
+    try:
+        api_key, raw = api_key_issue(
+            actor=_actor(ctx),
+            project=form.cleaned_data["project"],
+            name=form.cleaned_data["name"],
+            expires_at=form.expires_at,
+        )
+    except NotAllowed as error:
+        raise PermissionDenied(error.message) from None
     request.session[_once_slot(api_key.pk)] = raw
     return redirect("dashboard:key_created", slug=ctx.organization.slug, key_id=api_key.pk)
+
+
+def _actor(ctx: OrgContext) -> Actor:
+    return Actor(user=ctx.user, role=ctx.role)
 
 
 def _api_key(ctx: OrgContext, key_id: int) -> ApiKey:
@@ -114,7 +126,15 @@ def key_edit(request: HttpRequest, ctx: OrgContext, key_id: int) -> HttpResponse
     }
     form = ApiKeyEditForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
-        api_key_update(api_key=api_key, name=form.cleaned_data["name"], expires_at=form.expires_at)
+        try:
+            api_key_change(
+                actor=_actor(ctx),
+                api_key=api_key,
+                name=form.cleaned_data["name"],
+                expires_at=form.expires_at,
+            )
+        except NotAllowed as error:
+            raise PermissionDenied(error.message) from None
         messages.success(request, f"Saved key {api_key.display}.")
         return redirect("dashboard:keys", slug=ctx.organization.slug)
     return render_org(request, ctx, "dashboard/key_edit.html", {"api_key": api_key, "form": form})
@@ -124,8 +144,9 @@ def key_edit(request: HttpRequest, ctx: OrgContext, key_id: int) -> HttpResponse
 @require_POST
 def key_revoke(request: HttpRequest, ctx: OrgContext, key_id: int) -> HttpResponse:
     api_key = _api_key(ctx, key_id)
-    if api_key.created_by_id != ctx.user.pk and not ctx.can_manage:
-        raise PermissionDenied("Only an owner or admin may revoke a key someone else created.")
-    api_key_revoke(api_key=api_key)
+    try:
+        api_key_revoke_as(actor=_actor(ctx), api_key=api_key)
+    except NotAllowed as error:
+        raise PermissionDenied(error.message) from None
     messages.success(request, f"Revoked {api_key.display}. Calls with it now fail with 401.")
     return redirect("dashboard:keys", slug=ctx.organization.slug)

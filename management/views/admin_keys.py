@@ -6,7 +6,8 @@ from __future__ import annotations
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.errors import NotFound
+from accounts.policy import Actor, NotAllowed
+from config.errors import NotFound, PermissionDenied
 from dashboard.permissions import MANAGE_ORG
 from management import render
 from management.api import ManagementView, page, parse_id
@@ -39,8 +40,13 @@ class AdminKeyDetail(ManagementView):
         return Response(render.admin_key(self.key(key_id)))
 
     def delete(self, request: Request, key_id: str) -> Response:
-        """Revoke an admin key (this one included); effective on its next call."""
-        key = admin_key_revoke(admin_key=self.key(key_id), revoked_by=self.ctx.admin_key.created_by)
+        """Revoke an admin key (this one included); effective on its next call. An owner's
+        admin key only by an owner (:func:`management.services.admin_key_revoke`)."""
+        actor = Actor(user=self.ctx.admin_key.created_by, role=self.ctx.role)
+        try:
+            key = admin_key_revoke(admin_key=self.key(key_id), actor=actor)
+        except NotAllowed as error:
+            raise PermissionDenied(error.message) from None
         return Response(
             {
                 "object": "organization.admin_api_key.deleted",

@@ -9,6 +9,7 @@ from django.db import IntegrityError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts.policy import Actor, KeyLimits, NotAllowed
 from accounts.selectors import (
     api_key_get,
     api_keys_for_project,
@@ -16,16 +17,16 @@ from accounts.selectors import (
     projects_for_organization,
 )
 from accounts.services import (
-    api_key_create,
-    api_key_limits_set,
-    api_key_revoke,
-    api_key_update,
+    DEFAULT,
+    api_key_change,
+    api_key_issue,
+    api_key_revoke_as,
     project_archive,
     project_create,
     project_update,
 )
 from config.errors import InvalidRequest, NotFound, PermissionDenied
-from dashboard.permissions import MANAGE_ORG, USE_KEYS, role_allows
+from dashboard.permissions import MANAGE_ORG, USE_KEYS
 from management import render
 from management.api import ManagementView, page, parse_id
 from management.serializers import ApiKeyWrite, ProjectCreate, ProjectUpdate
@@ -113,13 +114,13 @@ def _expiry(data: dict[str, Any], current: datetime | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, tz=UTC)
 
 
-def _key_budget_allowed(view: ManagementView, data: dict[str, Any]) -> None:
-    """A key's budget is a spending limit: set by owners and admins only, as project budgets
-    (members manage their keys otherwise)."""
-    if "monthly_budget_usd" in data and not role_allows(view.ctx.role, MANAGE_ORG):
-        raise PermissionDenied(
-            "Only owners and admins set an API key's budget.", param="monthly_budget_usd"
-        )
+def _actor(view: ManagementView) -> Actor:
+    """The person behind the admin key, acting with the key's effective role."""
+    return Actor(user=view.ctx.admin_key.created_by, role=view.ctx.role)
+
+
+def _refused(error: NotAllowed) -> PermissionDenied:
+    return PermissionDenied(error.message, param=error.param)
 
 
 class ApiKeyList(_ProjectScoped):
@@ -139,16 +140,18 @@ class ApiKeyList(_ProjectScoped):
         body = ApiKeyWrite(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        _key_budget_allowed(self, data)
-        created, raw = api_key_create(
-            project=found,
-            name=data.get("name", ""),
-            expires_at=_expiry(data, None),
-            created_by=self.ctx.admin_key.created_by,
-            requests_per_minute=data.get("requests_per_minute"),
-            tokens_per_minute=data.get("tokens_per_minute"),
-            monthly_budget_nanos=data.get("monthly_budget_usd"),
-        )
+        try:
+            created, raw = api_key_issue(
+                actor=_actor(self),
+                project=found,
+                name=data.get("name", ""),
+                expires_at=_expiry(data, None),
+                requests_per_minute=data.get("requests_per_minute", DEFAULT),
+                tokens_per_minute=data.get("tokens_per_minute", DEFAULT),
+                monthly_budget_nanos=data.get("monthly_budget_usd", DEFAULT),
+            )
+        except NotAllowed as error:
+            raise _refused(error) from None
         response = Response(render.api_key(created, secret=raw), status=201)
         response["Cache-Control"] = "no-store"
         return response
@@ -175,19 +178,29 @@ class ApiKeyDetail(_ProjectScoped):
         body = ApiKeyWrite(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        _key_budget_allowed(self, data)
-        api_key_update(api_key=key, name=data.get("name"), expires_at=_expiry(data, key.expires_at))
-        updated = api_key_limits_set(
-            api_key=key,
+        limits = KeyLimits(
             requests_per_minute=data.get("requests_per_minute", key.requests_per_minute),
             tokens_per_minute=data.get("tokens_per_minute", key.tokens_per_minute),
             monthly_budget_nanos=data.get("monthly_budget_usd", key.monthly_budget_nanos),
         )
+        try:
+            updated = api_key_change(
+                actor=_actor(self),
+                api_key=key,
+                name=data.get("name"),
+                expires_at=_expiry(data, key.expires_at),
+                limits=limits,
+            )
+        except NotAllowed as error:
+            raise _refused(error) from None
         return Response(render.api_key(updated))
 
     def delete(self, request: Request, project_id: str, key_id: str) -> Response:
         """Revoke (the row stays for the audit trail); calls with it fail at once."""
-        key = api_key_revoke(api_key=self.key(project_id, key_id))
+        try:
+            key = api_key_revoke_as(actor=_actor(self), api_key=self.key(project_id, key_id))
+        except NotAllowed as error:
+            raise _refused(error) from None
         return Response(
             {
                 "object": "organization.project.api_key.deleted",

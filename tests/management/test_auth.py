@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from accounts.models import Membership
+from accounts.models import Membership, Role
+from accounts.policy import Actor
 from accounts.services import api_key_create, membership_set, project_create
 from management.models import AdminKey
 from management.services import admin_key_revoke
@@ -59,7 +60,7 @@ def test_a_revoked_admin_key_fails_at_once_and_keeps_its_audit_trail(tenant):
     assert tenant.key not in listed.text
 
     row = AdminKey.objects.get(organization=tenant.org)
-    admin_key_revoke(admin_key=row, revoked_by=tenant.owner)
+    admin_key_revoke(admin_key=row, actor=Actor(user=tenant.owner, role=Role.OWNER))
     response = tenant.http.get("/projects")
     assert response.status_code == 401
     assert error_of(response)["code"] == "revoked_api_key"
