@@ -12,8 +12,15 @@ the tests.
 - ``spend``: each project's monthly ``held_nanos`` == the sum of its open holds;
 - ``stuck_hold``: holds still open more than :data:`EXPIRY_GRACE_S` after their ``expires_at``
   (the sweeper is not running, or is failing);
-- ``capture``: settled holds whose ``captured_nanos`` differs from their ``usage`` entry (none
-  when 0 was captured);
+- ``capture``: settled holds, and expired holds charged to their checkpoint, whose
+  ``captured_nanos`` differs from their ``usage`` entry (none when 0 was captured);
+- ``expired_alive``: holds that expired while the process that opened them was alive (it was
+  seen after the expiry: :class:`billing.models.Process`) — a renewal or a settlement that did
+  not reach the database, so a call served and perhaps never charged. A process that died
+  (SIGKILL, a crash) is never seen again; its holds are no finding. The sweeper's
+  ``abandoned`` row of such a call says ``settlement_lost``, not ``process_died``;
+- ``journal``: settlements still waiting in a journal of this host (:mod:`billing.journal`):
+  calls answered whose charge is not in PostgreSQL yet;
 - ``negative_cost``: request logs with ``cost_nanos < 0``;
 - ``log_without_entry``: request logs with ``cost_nanos > 0`` and no ``usage`` entry of that
   ``request_id``, or one of another amount — except a settlement after the hold expired that
@@ -53,7 +60,8 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Concat, Lag
 from django.utils import timezone
 
-from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
+from billing import journal
+from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Process, ProjectSpend, Wallet
 
 #: An open hold is reported only this long after its ``expires_at`` (the sweeper runs every
 #: minute; a hold it is about to release is not a finding).
@@ -63,6 +71,20 @@ LIMIT = 50
 
 #: Checks that compare the ledger with the inference app's request log.
 LOG_CHECKS = frozenset({"negative_cost", "log_without_entry", "entry_without_log"})
+#: Every check, in the order they run (what the metric labels).
+CHECKS = (
+    "balance",
+    "held",
+    "newest_entry",
+    "chain",
+    "spend",
+    "stuck_hold",
+    "capture",
+    "expired_alive",
+    *sorted(LOG_CHECKS),
+    "journal",
+)
+
 
 _ZERO = Value(0, output_field=BigIntegerField())
 
@@ -252,7 +274,10 @@ def _holds(report: AuditReport, now: dt.datetime) -> None:
         ),
     )
     mismatched = (
-        Hold.objects.filter(status=HoldStatus.SETTLED)
+        Hold.objects.filter(
+            Q(status=HoldStatus.SETTLED)
+            | Q(status=HoldStatus.EXPIRED, captured_nanos__isnull=False)
+        )
         .annotate(
             charged=Coalesce(_charged(), _ZERO),
             captured=Coalesce(F("captured_nanos"), _ZERO),
@@ -267,6 +292,34 @@ def _holds(report: AuditReport, now: dt.datetime) -> None:
         mismatched,
         lambda r: f"hold {r[0]}: captured {r[1]} != usage entry {r[2]}",
     )
+
+
+def _expired_alive(report: AuditReport) -> None:
+    seen = Process.objects.filter(token=OuterRef("process"), seen_at__gt=OuterRef("closed_at"))
+    rows = (
+        Hold.objects.filter(status=HoldStatus.EXPIRED)
+        .exclude(process="")
+        .annotate(seen_at=Subquery(seen.values("seen_at")[:1]))
+        .filter(seen_at__isnull=False)
+        .order_by("pk")
+        .values_list("request_id", "process", "amount_nanos", "captured_nanos", "closed_at")
+    )
+    _add(
+        report,
+        "expired_alive",
+        rows,
+        lambda r: (
+            f"hold {r[0]} ({r[2]}) expired at {r[4]:%Y-%m-%d %H:%M:%S} while its process {r[1]} "
+            f"was alive; charged {r[3] or 0}"
+        ),
+    )
+
+
+def _journals(report: AuditReport) -> None:
+    for name, count in journal.pending_everywhere().items():
+        report.findings.append(
+            Finding("journal", f"{count} settlement(s) not yet in the database in {name}")
+        )
 
 
 def _request_logs(report: AuditReport) -> None:
@@ -335,7 +388,9 @@ def _run(report: AuditReport) -> None:
     _chain(report)
     _spend(report)
     _holds(report, now)
+    _expired_alive(report)
     _request_logs(report)
+    _journals(report)
 
 
 def audit_findings() -> AuditReport:

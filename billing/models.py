@@ -138,6 +138,10 @@ class Hold(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField()
     closed_at = models.DateTimeField(null=True, blank=True)
+    # The process that opened the hold (:class:`Process`), and what its call had delivered at
+    # the last checkpoint (the renewal records it): what an expiry charges.
+    process = models.CharField(max_length=64, blank=True, default="", db_default="")
+    delivered_nanos = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         indexes = [models.Index(fields=["status", "expires_at"])]
@@ -146,6 +150,24 @@ class Hold(models.Model):
 
     def __str__(self) -> str:
         return f"hold {self.request_id} {self.status}"
+
+
+class Process(models.Model):
+    """A process that opens holds, and when it was last seen alive (its hold renewer's tick).
+
+    What tells a hold that expired because its process died from one that expired while its
+    process lived on (a renewal or a settlement that could not reach the database): the
+    audit's ``expired_alive`` check.
+    """
+
+    token = models.CharField(max_length=64, primary_key=True)
+    host = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    started_at = models.DateTimeField()
+    seen_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"process {self.token}"
 
 
 class ProjectSpend(models.Model):

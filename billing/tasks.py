@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import shared_task
+from django.core.cache import cache
 
 from billing.audit import audit_findings
 from billing.services import holds, recharge
@@ -33,17 +35,25 @@ def auto_recharge_sweep() -> int:
     return len(due)
 
 
+# Where the last audit's result is kept for ``/metrics`` (config/observability/scrape.py).
+AUDIT_RESULT_KEY = "infrai:billing_audit"
+
+
 @shared_task(name="billing.audit", ignore_result=True)
 def audit() -> int:
-    """Run the money audit (``billing.audit``); log each finding at ERROR; return how many."""
+    """Run the money audit (``billing.audit``); log each finding at ERROR; keep the count per
+    check and the time for ``/metrics`` (``infrai_billing_audit_findings``); return how many."""
     report = audit_findings()
+    checks: dict[str, int] = {}
     for finding in report.findings:
         log.error("billing audit: %s", finding)
+        checks[finding.check] = checks.get(finding.check, 0) + 1
+    cache.set(AUDIT_RESULT_KEY, {"at": time.time(), "checks": checks}, timeout=None)
     return len(report.findings)
 
 
 BEAT_SCHEDULE = {
     "billing.holds_expire": {"task": "billing.holds_expire", "schedule": 60.0},
     "billing.auto_recharge_sweep": {"task": "billing.auto_recharge_sweep", "schedule": 300.0},
-    "billing.audit": {"task": "billing.audit", "schedule": 600.0},
+    "billing.audit": {"task": "billing.audit", "schedule": 300.0},
 }

@@ -34,6 +34,8 @@ import asyncpg
 import orjson
 from django.conf import settings
 
+from config import outages
+
 _pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncpg.Pool] = (
     weakref.WeakKeyDictionary()
 )
@@ -96,6 +98,8 @@ def _connect_kwargs() -> dict[str, Any]:
     }
     if "sslmode" in options:
         params["ssl"] = options["sslmode"]
+    if "application_name" in options:  # ``?application_name=…`` in DATABASE_URL, as psycopg
+        params["server_settings"] = {"application_name": str(options["application_name"])}
     return {k: v for k, v in params.items() if v not in (None, "")}
 
 
@@ -117,7 +121,9 @@ async def _pool() -> asyncpg.Pool:
     opening = _opening.get(loop)
     if opening is None:
         pool = asyncpg.create_pool(
-            min_size=1,
+            # No floor: a pool that must keep one connection open retries (and logs a
+            # traceback) every half second while the database is away.
+            min_size=0,
             max_size=int(settings.INFRAI_ASYNC_DB_POOL_SIZE),
             # A connection idle this long is closed (the pool keeps min_size).
             max_inactive_connection_lifetime=60.0,
@@ -140,12 +146,49 @@ async def _open(pool: asyncpg.Pool) -> asyncpg.Pool:
     return pool
 
 
+def lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection to PostgreSQL was lost or refused (not a statement's
+    own error): the statement may be retried on another connection."""
+    return outages.service_of(exc) == "PostgreSQL"
+
+
 @asynccontextmanager
 async def connection() -> AsyncIterator[asyncpg.Connection]:
-    """A pooled connection in autocommit: each statement is its own transaction."""
+    """A pooled connection in autocommit: each statement is its own transaction.
+
+    A block that fails on a lost connection drops that connection and expires the pool's idle
+    ones too: what ends one backend (a restart, a failover, ``pg_terminate_backend`` over the
+    database) has almost always ended all of them, and each would otherwise fail one more call
+    before the pool learnt of it. Expired connections are replaced on their next acquisition.
+    """
     pool = _pools.get(asyncio.get_running_loop()) or await _pool()
-    async with pool.acquire() as conn:
+    try:
+        async with pool.acquire() as conn:
+            try:
+                yield conn
+            except BaseException as exc:
+                if lost(exc):
+                    conn.terminate()  # never back into the pool in an unknown state
+                raise
+    except BaseException as exc:
+        if lost(exc):
+            await pool.expire_connections()
+        raise
+
+
+@asynccontextmanager
+async def fresh_connection(*, timeout_s: float = 5.0) -> AsyncIterator[asyncpg.Connection]:
+    """A connection of its own, opened now and closed after the block: where a statement must
+    not draw another pooled connection that may be as dead as the last (a settlement's retry).
+    Costs a connection set-up (a few ms on one host)."""
+    conn = await asyncpg.connect(timeout=timeout_s, **_connect_kwargs())
+    try:
         yield conn
+    finally:
+        try:
+            await conn.close(timeout=1.0)
+        except Exception:
+            conn.terminate()
 
 
 @asynccontextmanager
@@ -208,4 +251,9 @@ async def close() -> None:
     if pool is None and opening is not None and opening.done() and not opening.cancelled():
         pool = opening.result() if opening.exception() is None else None
     if pool is not None:
-        await pool.close()
+        try:
+            # Bounded: a connection the database's going away left half-open would make a
+            # graceful close wait forever (seen after a network cut); then it is dropped.
+            await asyncio.wait_for(pool.close(), timeout=5.0)
+        except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            pool.terminate()

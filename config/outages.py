@@ -50,10 +50,14 @@ def _is_connection_failure(exc: BaseException) -> bool:
     names = {cls.__name__ for cls in type(exc).__mro__}
     module = type(exc).__module__
     if module.startswith("asyncpg"):
-        # Connection-class errors (SQLSTATE 08…), the server shutting down (57P…), and a
-        # connection asyncpg already knows is closed.
+        # Connection-class errors (SQLSTATE 08…), the server shutting down (57P…), a
+        # connection asyncpg already knows is closed, and one whose protocol state a dying
+        # backend left broken ("another operation is in progress", seen when backends are
+        # terminated mid-statement).
         state = str(getattr(exc, "sqlstate", "") or "")
-        return state.startswith(("08", "57P")) or "InterfaceError" in names
+        return state.startswith(("08", "57P")) or bool(
+            names & {"InterfaceError", "InternalClientError"}
+        )
     if module.startswith(("psycopg", "django.db")):
         return bool(names & {"OperationalError", "InterfaceError"})
     if module.startswith("redis"):

@@ -30,6 +30,15 @@ class RequestStatus(models.TextChoices):
         return cls.VENDOR_ERROR if exc.status >= 500 else cls.CLIENT_ERROR
 
 
+class UsageSource(models.TextChoices):
+    """Where a call's billed token counts came from (``docs/billing.md``, "Vendor usage against
+    the relay")."""
+
+    VENDOR = "vendor", "Vendor's usage"
+    COUNTED = "counted", "Our count of what was relayed"
+    CAPPED = "capped", "Capped at the output cap"
+
+
 class RequestLog(models.Model):
     """One call. Tenant references are plain ids (no FK) so the writer never waits on locks
     and rows survive key deletion; the dashboard filters by ``organization_id`` first."""
@@ -52,6 +61,14 @@ class RequestLog(models.Model):
     cached_input_tokens = models.IntegerField(default=0)
     output_tokens = models.IntegerField(default=0)
     usage_estimated = models.BooleanField(default=False)
+    # The database default keeps a process of the previous release, which names no such
+    # column in its INSERT, writing rows while the new one rolls out.
+    usage_source = models.CharField(
+        max_length=8,
+        choices=UsageSource.choices,
+        default=UsageSource.VENDOR,
+        db_default=UsageSource.VENDOR,
+    )
     cost_nanos = models.BigIntegerField(default=0)
     latency_ms = models.IntegerField(default=0)
     ttft_ms = models.IntegerField(null=True)

@@ -31,7 +31,14 @@ from django.conf import settings
 from django.db import models
 
 from accounts.auth import KeyContext
-from billing.services import ahold_open, aholds_renew, arequest_recharge, asettle
+from billing import journal
+from billing.services import (
+    ahold_open,
+    aholds_renew,
+    aprocess_seen,
+    arequest_recharge,
+    asettle,
+)
 from catalog import health
 from catalog.routing import Candidate, RoutingDecision, RoutingRequest
 from catalog.selectors import credentials_value, routing_decide
@@ -48,7 +55,8 @@ from config.errors import (
 )
 from inference import limits, response_cache
 from inference.http import ApiRequest, on_unlogged_failure
-from inference.models import RequestLog, RequestStatus
+from inference.models import RequestLog, RequestStatus, UsageSource
+from inference.usage import Billed
 from inference.vendors import Adapter, VendorTarget, adapter_for
 from inference.vendors import http as vendor_http
 from inference.vendors.errors import VendorError, VendorLoading, VendorRejected, VendorTimeout
@@ -60,7 +68,8 @@ T = TypeVar("T")
 _background: set[asyncio.Task[Any]] = set()
 # Calls of this process that hold money and are not finished (renewal, drain, exit hook).
 _inflight: set[Call] = set()
-_draining = False
+# The event loops whose server is draining (one per server: tests run several in a process).
+_draining: set[asyncio.AbstractEventLoop] = set()
 _renewers: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
 SHUTTING_DOWN_CODE = "server_shutting_down"
 
@@ -100,6 +109,9 @@ class Call:
     failovers: int = 0
     usage: Usage = field(default_factory=Usage)
     usage_estimated: bool = False
+    # Where ``usage`` came from (the vendor's report, our count, the output cap): the request
+    # log's ``usage_source`` (``inference.usage.reconcile``).
+    usage_source: UsageSource = UsageSource.VENDOR
     cost_nanos: int = 0
     cache_hit: bool = False
     ttft_ms: int | None = None
@@ -112,6 +124,7 @@ class Call:
     task: asyncio.Task[Any] | None = None  # the request's task (drain cancels it)
     shutting_down: bool = False  # set by drain before it cancels ``task``
     renewed_at: float = field(default_factory=time.monotonic)  # the hold's last (re)start
+    checkpointed_at: float = field(default_factory=time.monotonic)  # its last checkpoint
     note: str = ""  # the log's code for a successful call with a caveat (vendor_usage_invalid)
 
     __hash__ = object.__hash__  # identity: calls are kept in the in-flight set
@@ -146,7 +159,7 @@ class Call:
         as it is open (logged as a 499), so a cancellation leaves nothing behind.
         """
         assert self.decision is not None
-        if _draining:
+        if asyncio.get_running_loop() in _draining:
             raise ServiceUnavailable(
                 "The server is restarting; retry the request.", code=SHUTTING_DOWN_CODE
             )
@@ -171,6 +184,16 @@ class Call:
         except asyncio.CancelledError:
             _keep(asyncio.ensure_future(self._release_when_open(opening)))
             raise
+        except Exception as exc:
+            if not adb.lost(exc):
+                raise
+            # The connection died with the opening's answer: the hold may be open. Settle it
+            # to nothing (a settlement finds no hold if none was opened) and answer the 503.
+            self.held = True
+            unavailable = outages.unavailable(exc)
+            assert unavailable is not None
+            await self.fail(unavailable)
+            raise unavailable from None
         self.held = True
         self.task = asyncio.current_task()
         _inflight.add(self)
@@ -252,19 +275,20 @@ class Call:
     async def call_and_settle(
         self,
         fn: Callable[[Adapter, VendorTarget, Candidate], Awaitable[T]],
-        usage_of: Callable[[T], tuple[Usage, bool]],
+        usage_of: Callable[[T], Billed],
     ) -> T:
-        """:meth:`call` with failover, charge ``usage_of(result)`` and finish the call.
+        """:meth:`call` with failover, :meth:`bill` ``usage_of(result)`` and finish the call.
 
-        ``usage_of`` returns ``(usage, estimated)``; it may raise an :class:`ApiError` for an
-        answer that cannot be billed or rendered. On every exit the hold is settled exactly
-        once (:meth:`closed_on_failure`): a vendor error or a refused answer charges nothing
-        and re-raises; a cancelled call (client gone) is logged as 499; anything else as a 500.
+        ``usage_of`` says what to bill for the answer (:class:`~inference.usage.Billed`); it
+        may raise an :class:`ApiError` for an answer that cannot be billed or rendered. On
+        every exit the hold is settled exactly once (:meth:`closed_on_failure`): a vendor
+        error or a refused answer charges nothing and re-raises; a cancelled call (client
+        gone) is logged as 499; anything else as a 500.
         """
         async with self.closed_on_failure():
             result = await self.call(fn)
-            usage, estimated = usage_of(result)
-        self.charge(usage, estimated=estimated)
+            billed = usage_of(result)
+        self.bill(billed)
         await self.finish(status=RequestStatus.OK, http_status=200)
         return result
 
@@ -282,10 +306,27 @@ class Call:
             spawn(health.arecord_failure(self.served_by.vendor))
 
     # --- settle + record ------------------------------------------------------------------
-    def charge(self, usage: Usage, *, estimated: bool = False) -> int:
-        """Price ``usage`` at the serving offering's price; capped at the hold."""
+    def charge(
+        self,
+        usage: Usage,
+        *,
+        estimated: bool = False,
+        source: UsageSource | None = None,
+        disputed: bool = False,
+    ) -> int:
+        """Price ``usage`` at the serving offering's price; capped at the hold.
+
+        ``source``: where ``usage`` came from (default: our count when ``estimated``, else the
+        vendor's); ``disputed``: it replaces what the vendor reported (or failed to report),
+        counted in ``infrai_vendor_usage_disagreements_total`` for operators.
+        """
         self.usage = usage
         self.usage_estimated = estimated
+        if source is None:
+            source = UsageSource.COUNTED if estimated else UsageSource.VENDOR
+        self.usage_source = source
+        if disputed and self.served_by is not None:
+            observability.vendor_usage_disagreed(self.served_by.vendor, source)
         if self.served_by is None or self.cache_hit:
             self.cost_nanos = 0
         else:
@@ -293,6 +334,23 @@ class Call:
                 cost_nanos(price=self.served_by.price, usage=usage), self.hold_nanos
             )
         return self.cost_nanos
+
+    def bill(self, billed: Billed) -> int:
+        """:meth:`charge` ``billed``, with its source, and its note for the request log."""
+        if billed.note:
+            self.note = billed.note
+        return self.charge(
+            billed.usage, estimated=billed.estimated, source=billed.source, disputed=billed.disputed
+        )
+
+    def delivered_nanos(self) -> int:
+        """What a stream has delivered so far, priced and capped at the hold (its checkpoint;
+        0 for a call that is not streaming)."""
+        if self.usage_so_far is None or self.served_by is None or self.cache_hit:
+            return 0
+        return min(
+            cost_nanos(price=self.served_by.price, usage=self.usage_so_far()), self.hold_nanos
+        )
 
     def served(self) -> dict[str, Any]:
         """Vendor, model, region, routing reason and ignored parameters of the answer."""
@@ -361,6 +419,11 @@ class Call:
         The work runs in its own task, started before this coroutine first yields: cancelling
         the caller (the client left, even twice) cannot stop it; the caller still waits for it
         so that a client that reads the answer's end sees its ledger entry.
+
+        When PostgreSQL cannot take the settlement (:func:`_record_and_settle` journals it
+        instead), a non-streamed answer that costs something is not given away: the call is
+        recorded as refused, nothing charged, and this raises the retryable 503 to answer
+        instead. A stream's answer is already out: its charge waits in the journal.
         """
         if self.finished:
             return
@@ -369,11 +432,29 @@ class Call:
         code = error_code or (self.note if status is RequestStatus.OK else "")
         row = self._log_row(status=status, http_status=http_status, error_code=code)
         row.error_message = error_message[:500]
+        refusal = instead = None
+        if status is RequestStatus.OK and not self.stream and self.cost_nanos > 0:
+            refusal = ServiceUnavailable(
+                "infrai could not record the charge of this request, so its answer was not "
+                "released; nothing was charged. Retry the request.",
+                code=outages.OUTAGE_CODE,
+                headers={"retry-after": "1"},
+            )
+            instead = self._log_row(
+                status=RequestStatus.UNAVAILABLE, http_status=503, error_code=refusal.code
+            )
+            instead.cost_nanos = 0
+            instead.error_message = refusal.message
         observability.call_finished(row, self.request)
-        job = asyncio.ensure_future(_record_and_settle(row, self.held, self.cost_nanos))
+        job = asyncio.ensure_future(
+            _record_and_settle(row, self.held, self.cost_nanos, instead=instead)
+        )
         _keep(job)
         job.add_done_callback(lambda _job: _inflight.discard(self))
-        await asyncio.shield(job)
+        durable = await asyncio.shield(job)
+        if not durable and refusal is not None:
+            self.cost_nanos = 0
+            raise refusal
         _push_live(row)
 
     def streaming(self, usage_so_far: Callable[[], Usage]) -> None:
@@ -400,6 +481,7 @@ class Call:
             cached_input_tokens=self.usage.cached_input_tokens,
             output_tokens=self.usage.output_tokens,
             usage_estimated=self.usage_estimated,
+            usage_source=self.usage_source,
             cost_nanos=self.cost_nanos,
             latency_ms=(time.perf_counter_ns() - self.request.started_ns) // 1_000_000,
             ttft_ms=self.ttft_ms,
@@ -450,12 +532,17 @@ class Call:
         )
 
 
-def _stopped_streams() -> list[tuple[RequestLog, bool, int]]:
-    """Finish every stream still relayed here for what it delivered so far: the log row,
-    whether it holds money, and its cost, to record and settle."""
+def _stopped_streams(
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> list[tuple[RequestLog, bool, int]]:
+    """Finish every stream still relayed here (of ``loop``'s server, when given) for what it
+    delivered so far: the log row, whether it holds money, and its cost, to record and
+    settle."""
     stopped = []
     for call in list(_inflight):
         if call.finished or call.usage_so_far is None:
+            continue
+        if loop is not None and (call.task is None or call.task.get_loop() is not loop):
             continue
         call.finished = True
         _inflight.discard(call)
@@ -468,13 +555,11 @@ def _stopped_streams() -> list[tuple[RequestLog, bool, int]]:
 
 
 async def _record_and_settle_stopped(stopped: list[tuple[RequestLog, bool, int]]) -> int:
+    """Settle each stopped stream (journaled where the database cannot take it); returns how
+    many are in PostgreSQL."""
     settled = 0
     for row, held, cost in stopped:
-        try:
-            await _record_and_settle_on_loop(row, held, cost)
-            settled += 1
-        except Exception:
-            log.exception("could not settle %s at shutdown", row.request_id)
+        settled += await _record_and_settle(row, held, cost)
     return settled
 
 
@@ -510,23 +595,30 @@ async def drain(*, grace_s: float) -> int:
     settlement is awaited (bounded). A stream still open after that is billed for what it
     delivered, as :func:`settle_inflight_now` bills it.
     """
-    global _draining
-    _draining = True
-    running = {call.task for call in _inflight if call.task is not None and not call.task.done()}
+    loop = asyncio.get_running_loop()
+    _draining.add(loop)
+
+    def mine() -> list[Call]:
+        return [c for c in _inflight if c.task is not None and c.task.get_loop() is loop]
+
+    def background() -> set[asyncio.Task[Any]]:
+        return {t for t in _background if t.get_loop() is loop}
+
+    running = {call.task for call in mine() if call.task is not None and not call.task.done()}
     if running:
         await asyncio.wait(running, timeout=grace_s)
-    ended = [call for call in _inflight if not call.finished]
+    ended = [call for call in mine() if not call.finished]
     for call in ended:
         call.shutting_down = True
         if call.task is not None:
             call.task.cancel()
-    pending = {c.task for c in ended if c.task is not None} | set(_background)
+    pending = {c.task for c in ended if c.task is not None} | background()
     if pending:
         await asyncio.wait(pending, timeout=10.0)
-    if _background:
-        await asyncio.wait(set(_background), timeout=5.0)
-    if _inflight:
-        await _record_and_settle_stopped(_stopped_streams())
+    if background():
+        await asyncio.wait(background(), timeout=5.0)
+    if mine():
+        await _record_and_settle_stopped(_stopped_streams(loop))
     return len(ended)
 
 
@@ -549,23 +641,38 @@ def _ensure_renewer() -> None:
         _renewers[loop] = loop.create_task(_renew_holds())
 
 
+def tick_s() -> float:
+    """How often the renewer runs: often enough to renew within a third of the hold TTL and
+    to checkpoint streams every ``INFRAI_CHECKPOINT_S``; at least every 5 s (the process's
+    liveness), at most every 0.5 s."""
+    ttl = float(settings.INFRAI_HOLD_TTL_S)
+    return min(max(min(ttl / 3, float(settings.INFRAI_CHECKPOINT_S)), 0.5), 5.0)
+
+
 async def _renew_holds() -> None:
-    """Keep renewing, on a short tick, the holds of this loop's calls (:func:`renew_due`)."""
+    """On every tick (:func:`tick_s`), each step on its own: say this process is alive
+    (:func:`billing.services.aprocess_seen`, what the audit tells a dead process's expired
+    holds by), renew and checkpoint holds (:func:`renew_due`), replay the journal."""
+    steps = (("heartbeat", aprocess_seen), ("renew holds", renew_due), ("replay", replay_journal))
     while True:
-        ttl = float(settings.INFRAI_HOLD_TTL_S)
-        await asyncio.sleep(min(max(ttl / 3, 0.5), 5.0))
-        try:
-            await renew_due()
-        except Exception as exc:
-            if not outages.noted(exc):
-                log.warning("could not renew holds", exc_info=True)
+        await asyncio.sleep(tick_s())  # first: a call's own round trips stay its own
+        for name, step in steps:
+            try:
+                await step()
+            except Exception as exc:
+                if not outages.noted(exc):
+                    log.warning("could not %s", name, exc_info=True)
 
 
 async def renew_due(*, now: float | None = None) -> int:
-    """Push back the expiry of every hold of this loop's unfinished calls that was last renewed
-    a third of the hold TTL ago, so the sweeper only ever expires holds of dead processes.
-    Returns how many holds were renewed."""
+    """Renew the holds of this loop's unfinished calls that were last renewed a third of the
+    hold TTL ago, so the sweeper only ever expires holds of dead processes, and checkpoint
+    every stream last checkpointed ``INFRAI_CHECKPOINT_S`` ago: its hold records what it has
+    delivered (:meth:`Call.delivered_nanos`), which an expiry charges. So a process killed
+    mid-stream loses at most the last ``INFRAI_CHECKPOINT_S`` + one tick of each stream. One
+    statement for all. Returns how many holds were renewed."""
     ttl = int(settings.INFRAI_HOLD_TTL_S)
+    checkpoint = float(settings.INFRAI_CHECKPOINT_S)
     loop = asyncio.get_running_loop()
     at = time.monotonic() if now is None else now
     due = [
@@ -575,13 +682,20 @@ async def renew_due(*, now: float | None = None) -> int:
         and not call.finished
         and call.task is not None
         and call.task.get_loop() is loop
-        and at - call.renewed_at >= ttl / 3
+        and (
+            at - call.renewed_at >= ttl / 3
+            or (call.usage_so_far is not None and at - call.checkpointed_at >= checkpoint)
+        )
     ]
     if not due:
         return 0
-    renewed = await aholds_renew(request_ids=[c.request.request_id for c in due], ttl_s=ttl)
+    renewed = await aholds_renew(
+        request_ids=[c.request.request_id for c in due],
+        ttl_s=ttl,
+        delivered=[c.delivered_nanos() for c in due],
+    )
     for call in due:
-        call.renewed_at = at
+        call.renewed_at = call.checkpointed_at = at
     return int(renewed)
 
 
@@ -626,10 +740,17 @@ def _settle_description(row: RequestLog) -> str:
 
 
 _LOG_FIELDS = tuple(f for f in RequestLog._meta.concrete_fields if not f.primary_key)
-_LOG_INSERT = "INSERT INTO {table} ({columns}) VALUES ({values})".format(
+# The row of a call. A row already there is kept — the same row committed by an attempt whose
+# answer was lost — unless it is the ``abandoned`` row the sweeper wrote for a call whose
+# settlement was still in this process's journal: the real row replaces it.
+_LOG_INSERT = """INSERT INTO {table} ({columns}) VALUES ({values})
+ON CONFLICT (request_id) DO UPDATE SET ({columns}) = ROW({excluded})
+WHERE {table}.status = '{abandoned}'""".format(
     table=RequestLog._meta.db_table,
     columns=", ".join(str(f.column) for f in _LOG_FIELDS),
     values=", ".join(f"%(log_{f.attname})s" for f in _LOG_FIELDS),
+    excluded=", ".join(f"EXCLUDED.{f.column}" for f in _LOG_FIELDS),
+    abandoned=RequestStatus.ABANDONED.value,
 )
 _LOG_INSERT_ASYNC = adb.Statement.compile(_LOG_INSERT)
 _LOG_ATTNAMES = tuple(
@@ -664,46 +785,114 @@ async def _settle(
         spawn(arequest_recharge(settled.recharge_wallet_id))
 
 
-async def _record_and_settle_on_loop(row: RequestLog, held: bool, cost: int) -> None:
-    """The request-log row and the settlement in ONE statement on the event loop
+async def _write(conn: asyncpg.Connection, row: RequestLog, held: bool, cost: int) -> None:
+    """The request-log row and the settlement in ONE statement on ``conn``
     (:func:`billing.services.asettle` runs the row's INSERT inside its own statement), so both
     commit together; without a hold, the row alone. A hold the sweeper already expired (a
-    process stalled past the hold TTL) is settled late by the same statement.
+    process stalled past the hold TTL) is settled late by the same statement. Repeating it
+    changes nothing (a hold is claimed once; :data:`_LOG_INSERT` keeps a row already there).
 
     If the row cannot be written even after cleaning, that statement wrote nothing: the hold is
     then settled alone (money first) and a minimal row — no routing, no prompt,
-    ``log_write_failed`` — is written. Raises only when the database refuses those too.
+    ``log_write_failed`` — is written; if even that is refused, the settlement stands and the
+    audit reports its entry without a log. Raises only a lost connection (the caller retries
+    elsewhere) or a settlement the database refused.
     """
     _clean_row(row)
     try:
-        async with adb.connection() as conn:
-            if held:
-                await _settle(conn, row, cost, before=(_LOG_INSERT, _log_values(row)))
-            else:
-                await adb.execute(conn, _LOG_INSERT_ASYNC, _log_values(row))
+        if held:
+            await _settle(conn, row, cost, before=(_LOG_INSERT, _log_values(row)))
+        else:
+            await adb.execute(conn, _LOG_INSERT_ASYNC, _log_values(row))
         return
     except Exception as exc:
-        if not outages.noted(exc):
-            log.exception("could not write the request log of %s; settling alone", row.request_id)
+        if adb.lost(exc):
+            raise
+        log.exception("could not write the request log of %s; settling alone", row.request_id)
     row.routing, row.ignored_params, row.prompt = {}, [], ""
     row.error_code = "log_write_failed"
     row.requested_model = row.requested_model.encode("ascii", "ignore").decode()
-    async with adb.connection() as conn:
-        if held:
-            await _settle(conn, row, cost)
+    if held:
+        await _settle(conn, row, cost)
+    try:
         await adb.execute(conn, _LOG_INSERT_ASYNC, _log_values(row))
+    except Exception as exc:
+        if adb.lost(exc):
+            raise
+        log.exception("could not write even the minimal request log of %s", row.request_id)
+
+
+async def _record_and_settle_on_loop(row: RequestLog, held: bool, cost: int) -> None:
+    """:func:`_write` on a connection known to be alive: a lost connection is retried on a
+    fresh one of its own (never the next pooled one, which a reset has usually ended too), with
+    backoff, for ``INFRAI_SETTLE_RETRY_S``; then the last error is raised."""
+    deadline = time.monotonic() + float(settings.INFRAI_SETTLE_RETRY_S)
+    delay, fresh = 0.05, False
+    while True:
+        try:
+            async with adb.fresh_connection() if fresh else adb.connection() as conn:
+                await _write(conn, row, held, cost)
+            return
+        except Exception as exc:
+            if not adb.lost(exc) or time.monotonic() + delay > deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay, fresh = min(delay * 2, 0.5), True
+
+
+def _intent(row: RequestLog, held: bool, cost: int) -> journal.Intent:
+    return journal.Intent(
+        row={attname: getattr(row, attname) for _param, attname, _json in _LOG_ATTNAMES},
+        held=held,
+        cost=cost,
+    )
+
+
+async def _replay(intent: journal.Intent) -> None:
+    """Make one journaled settlement (one attempt; the journal tries again on its next tick)."""
+    row = RequestLog(**intent.row)
+    async with adb.connection() as conn:
+        await _write(conn, row, intent.held, intent.cost)
 
 
 @observability.traced("infrai.settle")
-async def _record_and_settle(row: RequestLog, held: bool, cost: int) -> None:
+async def _record_and_settle(
+    row: RequestLog,
+    held: bool,
+    cost: int,
+    *,
+    instead: RequestLog | None = None,
+) -> bool:
+    """Record and settle the call (:func:`_record_and_settle_on_loop`); True once that is in
+    PostgreSQL. When the database cannot take it, the settlement goes to this process's journal
+    (:mod:`billing.journal`, replayed until PostgreSQL accepts it) and this returns False —
+    ``instead`` (the row of a call whose answer is then refused: cost 0) journaled in its place
+    when given."""
     try:
         await _record_and_settle_on_loop(row, held, cost)
+        return True
     except Exception as exc:
-        # Only a database that refuses even the minimal row gets here. If the settlement alone
-        # failed too, the hold stays open: renewal stops with the call, and the sweeper
-        # releases it (logged there with its request). An outage is logged once a second.
-        if not outages.noted(exc):
-            log.exception("could not record/settle %s", row.request_id)
+        if not adb.lost(exc):
+            # Not an outage: a settlement the database refuses would be refused on every
+            # replay too. The hold expires; the audit reports it (expired_alive).
+            log.exception("could not settle %s", row.request_id)
+            return False
+        outages.noted(exc)
+    if instead is not None:
+        row, cost = instead, 0
+    try:
+        await journal.append(_intent(row, held, cost))
+    except OSError:
+        # Neither the database nor the disk: the hold expires, the sweeper logs the call and
+        # the audit reports its hold as expired while this process was alive.
+        log.exception("could not journal the settlement of %s", row.request_id)
+    return False
+
+
+async def replay_journal(*, orphans: bool = False) -> int:
+    """Make the settlements waiting in this process's journal (and, with ``orphans``, those of
+    this host's processes that are gone); returns how many are still waiting."""
+    return await journal.replay(_replay, orphans=orphans)
 
 
 def _log_unheld_failure(request: ApiRequest, exc: ApiError) -> None:

@@ -4,8 +4,13 @@
 render each for the client through a :class:`Meter`, and on **every** exit settle the call
 exactly once for what was delivered:
 
-- the vendor ends normally → bill the vendor's usage (validated, else our estimate), settle,
-  then send the meter's tail (the chunk carrying ``infrai``, ``[DONE]``);
+- the vendor ends normally → bill the vendor's usage where it is plausible against what was
+  relayed, else our count (:func:`inference.usage.reconcile`), settle, then send the meter's
+  tail (the chunk carrying ``infrai``, ``[DONE]``);
+- what was relayed passes the call's output cap with slack (the meter raises
+  :class:`OutputCapReached`; :func:`inference.usage.stream_cut_tokens`) → stop reading, bill
+  our count capped at the cap, settle, then send the tail, which ends the answer as the cap
+  does (``finish_reason: "length"``) — a success, not an error;
 - the vendor breaks or sends garbage after the first byte (a :class:`VendorError`, a chunk
   that is not an object, an error chunk, anything the meter refuses, any exception of the
   adapter) → bill what was delivered, settle, then send an OpenAI-shaped error and ``[DONE]``;
@@ -35,8 +40,8 @@ from django.conf import settings
 from config import observability
 from inference.models import RequestStatus
 from inference.pipeline import Call
+from inference.usage import Billed
 from inference.vendors.errors import VendorError
-from money.pricing import Usage
 
 
 class Outcome(enum.Enum):
@@ -49,6 +54,16 @@ class Outcome(enum.Enum):
 
 class MalformedChunk(ValueError):
     """A vendor item the meter cannot relay (not an object, an error chunk, bad fields)."""
+
+
+class OutputCapReached(Exception):
+    """Raised by :meth:`Meter.feed` when what was delivered passed the call's output cap (with
+    slack): the relay sends ``rendered`` (the item's bytes), stops reading the vendor and ends
+    the stream as complete; the meter bills and ends it as cut at the cap."""
+
+    def __init__(self, rendered: list[bytes]) -> None:
+        super().__init__("the stream passed its output cap")
+        self.rendered = rendered
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,13 +102,15 @@ class Meter(Protocol):
         """Bytes to send before the first item."""
 
     def feed(self, item: Any) -> Iterable[bytes]:
-        """Render one vendor item; raise :class:`MalformedChunk` for garbage."""
+        """Render one vendor item; raise :class:`MalformedChunk` for garbage, or
+        :class:`OutputCapReached` once past the output cap."""
 
     def complete(self) -> bool:
         """Whether what was delivered is a whole answer (a missing ``[DONE]`` then is benign)."""
 
-    def usage(self, outcome: Outcome) -> tuple[Usage, bool, str]:
-        """``(usage, estimated, note)`` to bill for ``outcome``; ``note`` goes to the log."""
+    def usage(self, outcome: Outcome) -> Billed:
+        """What to bill for ``outcome``; its ``note`` goes to the log of a call that ended
+        well."""
 
     def tail(self, call: Call, fault: Fault | None) -> Iterable[bytes]:
         """The bytes after settlement (``call.infrai()`` is final by then)."""
@@ -130,6 +147,10 @@ async def relay(
                 rendered = list(meter.feed(item))
             except MalformedChunk as exc:
                 fault = vendor_fault(str(exc))
+                break
+            except OutputCapReached as cap:
+                for data in cap.rendered:
+                    yield data
                 break
             for data in rendered:
                 yield data
@@ -169,15 +190,15 @@ async def _settle(
     fault: Fault | None,
     close_upstream: Callable[[], Awaitable[None]],
 ) -> None:
-    usage, estimated, note = meter.usage(outcome)
+    billed = meter.usage(outcome)
     observability.stream_ended(call.request, meter)
-    call.charge(usage, estimated=estimated)
+    call.bill(billed)
     if outcome is Outcome.CANCELLED and fault is None:
         status, code = RequestStatus.CANCELLED, "client_disconnected"
     elif fault is not None:
         status, code = fault.status, fault.code
     else:
-        status, code = RequestStatus.OK, note
+        status, code = RequestStatus.OK, billed.note
     await close_upstream()
     await call.finish(status=status, http_status=200, error_code=code)
 

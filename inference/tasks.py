@@ -2,44 +2,57 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 
 from celery import shared_task
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from billing.models import EntryKind, LedgerEntry
+from billing.models import Hold, HoldStatus, Process
 from inference.models import RequestLog, RequestStatus
+
+# A hold whose process was seen alive after it expired may still be settled from that
+# process's journal; its call is logged ``abandoned`` only once this long has passed.
+JOURNAL_GRACE = dt.timedelta(minutes=10)
 
 
 def log_abandoned_calls(*, since: dt.timedelta = dt.timedelta(days=2)) -> int:
-    """Write a request-log row for every call whose hold the sweeper released with no row.
+    """Write a request-log row for every call whose hold expired with no row.
 
-    Such a call's process died (SIGKILL, a crash) before it could settle: its hold expired
-    free and the ``hold_expired`` ledger entry names the request. The row (status
-    ``abandoned``, HTTP 0) makes the call visible to the customer. Returns how many rows.
+    Such a call's process stopped (SIGKILL, a crash) before it could settle: its hold expired,
+    charged to its last checkpoint. The row (status ``abandoned``, HTTP 0, the checkpoint's
+    cost, ``process_died``) makes the call visible to the customer. A hold whose process lived
+    on after the expiry (its settlement could not reach the database and may still be in its
+    journal) gets its row only after :data:`JOURNAL_GRACE`, coded ``settlement_lost``; the audit
+    reports such holds (``expired_alive``). A late settlement replaces the row. Returns how many
+    rows were written.
     """
+    now = timezone.now()
+    alive_after = Process.objects.filter(
+        token=OuterRef("process"), seen_at__gt=OuterRef("closed_at")
+    )
     orphans = (
-        LedgerEntry.objects.filter(
-            kind=EntryKind.HOLD_EXPIRED, created_at__gte=timezone.now() - since
-        )
-        .exclude(request_id="")
+        Hold.objects.filter(status=HoldStatus.EXPIRED, closed_at__gte=now - since)
+        .annotate(alive=Exists(alive_after))
         .filter(~Exists(RequestLog.objects.filter(request_id=OuterRef("request_id"))))
+        .exclude(alive=True, closed_at__gt=now - JOURNAL_GRACE)
         .select_related("wallet")
     )
     rows = [
         RequestLog(
-            request_id=entry.request_id,
-            organization_id=entry.wallet.organization_id,
-            project_id=entry.project_id,
-            api_key_id=entry.api_key_id,
-            created_at=entry.created_at,
+            request_id=hold.request_id,
+            organization_id=hold.wallet.organization_id,
+            project_id=hold.project_id,
+            api_key_id=hold.api_key_id,
+            created_at=hold.created_at,
             endpoint="unknown",
             status=RequestStatus.ABANDONED,
             http_status=0,
-            error_code="process_died",
+            error_code="settlement_lost" if hold.alive else "process_died",
+            cost_nanos=hold.captured_nanos or 0,
         )
-        for entry in orphans
+        for hold in orphans
     ]
     RequestLog.objects.bulk_create(rows, ignore_conflicts=True)
     return len(rows)
@@ -51,9 +64,26 @@ def log_abandoned_calls_task() -> int:
     return log_abandoned_calls()
 
 
+@shared_task(name="inference.replay_journals", ignore_result=True)
+def replay_journals_task() -> int:
+    """Make the settlements left in the journals of this host's stopped processes
+    (:mod:`billing.journal`); returns how many are still waiting (beat, every minute)."""
+    from config import adb
+    from inference.pipeline import replay_journal
+
+    async def run() -> int:
+        try:
+            return await replay_journal(orphans=True)
+        finally:
+            await adb.close()
+
+    return asyncio.run(run())
+
+
 BEAT_SCHEDULE = {
     "inference.log_abandoned_calls": {
         "task": "inference.log_abandoned_calls",
         "schedule": 60.0,
     },
+    "inference.replay_journals": {"task": "inference.replay_journals", "schedule": 60.0},
 }

@@ -1,22 +1,170 @@
-"""Reading the usage a vendor reports — the one place vendor token counts are trusted.
+"""Reading the usage a vendor reports, and deciding whether to bill it.
 
-A vendor's counts are checked at this boundary: non-negative integers (not booleans, not
-floats), at most :data:`MAX_COUNT` each, cached ≤ prompt. Anything else raises
-:class:`InvalidUsage`; callers then bill their own estimate of what was delivered and note it
-in the request log (``vendor_usage_invalid``) — never a negative cost, never a 500 after the
-vendor succeeded.
+A vendor's counts are first checked for form at this boundary: non-negative integers (not
+booleans, not floats), at most :data:`MAX_COUNT` each, cached ≤ prompt, reasoning ≤
+completion. Anything else raises :class:`InvalidUsage`; callers then bill their own count of
+what was delivered and note it in the request log (``vendor_usage_invalid``) — never a
+negative cost, never a 500 after the vendor succeeded.
+
+Well-formed counts are then checked against what the gateway itself relayed
+(:func:`reconcile`, the rule in ``docs/billing.md``, "Vendor usage against the relay"): the
+vendor's usage is billed only where it is plausible against our own count (cl100k_base) and
+the call's output cap; otherwise our count is billed, never above the cap, and the request log
+says so (``usage_source``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
+from inference.models import UsageSource
 from money.pricing import Usage
 
 # More tokens than any model's context window by orders of magnitude: a count above this is
 # garbage, and it would overflow the request log's integer columns.
 MAX_COUNT = 100_000_000
 INVALID_USAGE_NOTE = "vendor_usage_invalid"
+# The log's code for a successful call whose vendor's (well-formed) usage was not billed as
+# reported, and for a stream the relay ended at the output cap.
+IMPLAUSIBLE_USAGE_NOTE = "vendor_usage_implausible"
+MISSING_USAGE_NOTE = "vendor_usage_missing"  # a whole answer with text and no usage
+OUTPUT_CAP_NOTE = "vendor_exceeded_output_cap"
+
+TOKENIZER_RATIO = 3
+"""How far a vendor's token count may be from ours (cl100k_base) for the same text, as a
+factor either way. Tokenizers differ between models: for English prose the common ones
+(cl100k, o200k, Llama 3, Mistral, Gemma) are within about 1.5× of each other; code, numbers,
+whitespace runs and non-Latin scripts widen that, an old 32k-vocabulary tokenizer on Chinese or
+Hindi counting about 2–2.5× what cl100k does. 3× either way is what no honest vendor leaves
+and still catches a vendor that reports a tenth, or ten times, of what it sent."""
+
+TOKEN_SLACK = 8
+"""Tokens added to either side of the ratio band, and the most our count may exceed a
+zero-free floor by: short texts have noisy ratios (a tool call of two words is 2 tokens to one
+vendor and 9 to cl100k with its JSON quoting), and a vendor may count a stop token."""
+
+OUTPUT_CAP_SLACK = 4
+"""Tokens per choice a vendor may report above the output cap (``max_tokens`` or
+``max_completion_tokens``, else the model's limit): some count the stop token or a
+reasoning-block delimiter past the cap. Above cap + slack the vendor broke its own limit."""
+
+
+def stream_cut_tokens(output_cap: int, choices: int = 1) -> int:
+    """The most tokens (our count) a stream may relay against an output cap of ``output_cap``
+    over ``choices`` choices before the relay ends it: what the cap can hold in any tokenizer
+    within :data:`TOKENIZER_RATIO`, plus :data:`TOKEN_SLACK` per choice. Beyond it the vendor
+    ignored the cap; below it we cannot tell it did."""
+    return output_cap * TOKENIZER_RATIO + TOKEN_SLACK * choices
+
+
+class UsageReport(NamedTuple):
+    """A vendor's usage as reported: the billable counts and the completion tokens it says
+    were hidden reasoning (``completion_tokens_details.reasoning_tokens``, part of
+    ``output_tokens``)."""
+
+    usage: Usage
+    reasoning_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Relayed:
+    """What the gateway counted itself of one call, in cl100k_base tokens.
+
+    ``prompt_tokens``: the whole prompt as chat validation counts it (messages with OpenAI's
+    framing, tool definitions, images at a flat rate); ``prompt_text_tokens``: its message text
+    alone, the part every tokenizer sees whatever the model's chat template, tool rendering or
+    image tiling; ``output_tokens``: the text delivered (content, tool calls); ``output_cap``:
+    the most output the call allowed (per-choice cap × ``choices``, the request's ``n``).
+    """
+
+    prompt_tokens: int
+    prompt_text_tokens: int
+    output_tokens: int
+    output_cap: int
+    choices: int = 1
+
+
+class Billed(NamedTuple):
+    """What to bill for a call: ``(usage, estimated, note)`` as :class:`inference.relay.Meter`
+    returns it, with where it came from and whether it contradicts the vendor's report."""
+
+    usage: Usage
+    estimated: bool = False
+    note: str = ""
+    source: UsageSource = UsageSource.VENDOR
+    disputed: bool = False
+
+
+def _band(counted: int) -> tuple[int, int]:
+    """The vendor counts plausible for a text we count ``counted`` tokens: the ratio band with
+    :data:`TOKEN_SLACK` on each side, and at least one token for any text at all."""
+    low = max(-(-counted // TOKENIZER_RATIO) - TOKEN_SLACK, 1 if counted else 0)
+    return low, counted * TOKENIZER_RATIO + TOKEN_SLACK
+
+
+def reconcile(
+    reported: UsageReport | None, relayed: Relayed, *, invalid: bool = False, note: str = ""
+) -> Billed:
+    """The usage to bill for a call that ended (whole answer) with ``reported`` from the vendor
+    (``None``: absent, or malformed with ``invalid``) and ``relayed`` counted by us. The rule:
+
+    - prompt: the vendor's ``prompt_tokens`` if within the band of our text-only count below
+      and of our whole count above (:func:`_band`), else our whole count (cached tokens kept,
+      at most the new prompt);
+    - output: the vendor's ``completion_tokens`` if its visible part (completion − reasoning)
+      is within the band of our count of the delivered text and the whole is at most the
+      output cap + :data:`OUTPUT_CAP_SLACK` per choice; else our count plus the reported
+      reasoning (tokens we cannot see), never above the output cap;
+    - absent usage, or zero with text delivered, is billed by our count.
+
+    ``source`` is ``capped`` when the cap limited the billed output, ``counted`` when any of our
+    counts replaced the vendor's, else ``vendor``; ``disputed`` when that contradicts (or
+    replaces a missing) vendor report, for the request log and the disagreement metric.
+    """
+    prompt_low, _ = _band(relayed.prompt_text_tokens)
+    _, prompt_high = _band(relayed.prompt_tokens)
+    if reported is None:
+        usage, reasoning = Usage(), 0
+        prompt_ok = output_ok = False
+    else:
+        usage, reasoning = reported
+        prompt_ok = prompt_low <= usage.input_tokens <= prompt_high
+        low, high = _band(relayed.output_tokens)
+        cap_high = relayed.output_cap + OUTPUT_CAP_SLACK * relayed.choices
+        output_ok = (
+            low <= usage.output_tokens - reasoning <= high and usage.output_tokens <= cap_high
+        )
+    if prompt_ok and output_ok:
+        return Billed(usage, False, note)
+    source = UsageSource.COUNTED
+    prompt, cached = usage.input_tokens, usage.cached_input_tokens
+    if not prompt_ok:
+        prompt, cached = relayed.prompt_tokens, min(cached, relayed.prompt_tokens)
+    output = usage.output_tokens
+    if not output_ok:
+        output = relayed.output_tokens + reasoning
+        if output > relayed.output_cap:
+            output, source = relayed.output_cap, UsageSource.CAPPED
+    billed = Usage(input_tokens=prompt, cached_input_tokens=cached, output_tokens=output)
+    if invalid:
+        disputed, note = True, INVALID_USAGE_NOTE
+    elif reported is not None:
+        disputed, note = True, note or IMPLAUSIBLE_USAGE_NOTE
+    else:
+        disputed = relayed.output_tokens > 0
+        note = note or (MISSING_USAGE_NOTE if disputed else "")
+    return Billed(billed, True, note, source, disputed)
+
+
+def counted(relayed: Relayed, *, note: str = "", disputed: bool = False) -> Billed:
+    """Our own count of a call the vendor did not get to report on (a broken or cancelled
+    stream, one the relay cut at the output cap — ``disputed``): output never above the cap."""
+    output, source = relayed.output_tokens, UsageSource.COUNTED
+    if output > relayed.output_cap:
+        output, source = relayed.output_cap, UsageSource.CAPPED
+    usage = Usage(input_tokens=relayed.prompt_tokens, output_tokens=output)
+    return Billed(usage, True, note, source, disputed)
 
 
 class InvalidUsage(ValueError):
@@ -36,6 +184,13 @@ def chat_usage(body: Any) -> Usage | None:
 
     Raises :class:`InvalidUsage` for counts that cannot be true (see the module docstring).
     """
+    report = chat_usage_report(body)
+    return None if report is None else report.usage
+
+
+def chat_usage_report(body: Any) -> UsageReport | None:
+    """:func:`chat_usage` with the reasoning tokens the usage says were hidden
+    (``completion_tokens_details.reasoning_tokens``; 0 when absent)."""
     if not isinstance(body, dict):
         return None
     usage = body.get("usage")
@@ -53,7 +208,16 @@ def chat_usage(body: Any) -> Usage | None:
     completion = _count(usage.get("completion_tokens"), "completion_tokens", default=0)
     if cached > prompt:
         raise InvalidUsage(f"cached_tokens {cached} > prompt_tokens {prompt}")
-    return Usage(input_tokens=prompt, cached_input_tokens=cached, output_tokens=completion)
+    output_details = usage.get("completion_tokens_details") or {}
+    if not isinstance(output_details, dict):
+        raise InvalidUsage("completion_tokens_details is not an object")
+    reasoning = _count(output_details.get("reasoning_tokens"), "reasoning_tokens", default=0)
+    if reasoning > completion:
+        raise InvalidUsage(f"reasoning_tokens {reasoning} > completion_tokens {completion}")
+    return UsageReport(
+        Usage(input_tokens=prompt, cached_input_tokens=cached, output_tokens=completion),
+        reasoning,
+    )
 
 
 def openai_chat_usage(usage: Usage) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -21,6 +22,23 @@ def _clear_cache() -> Iterator[None]:
     fastcache.clear_sync()
     _touched_at.clear()
     yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _journal_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Settlement journals (billing.journal) of this run, its servers' included, in a directory
+    of its own: never one a stopped earlier run left behind."""
+    from django.conf import settings
+
+    folder = tmp_path_factory.mktemp("journal")
+    before = os.environ.get("INFRAI_JOURNAL_DIR")
+    os.environ["INFRAI_JOURNAL_DIR"] = str(folder)
+    settings.INFRAI_JOURNAL_DIR = folder
+    yield
+    if before is None:
+        os.environ.pop("INFRAI_JOURNAL_DIR", None)
+    else:
+        os.environ["INFRAI_JOURNAL_DIR"] = before
 
 
 @pytest.fixture(scope="session")

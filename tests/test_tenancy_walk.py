@@ -462,10 +462,14 @@ def test_every_v1_route_with_the_other_organizations_ids_shows_none_of_its_data(
 def bravo_vectors(t: Tenant) -> dict[str, str]:
     """A collection (with a vector), a vector store and a file of ``t``: the values of the
     vector store's path parameters."""
+    from tests.vectors.conftest import reseed_vector_price
     from vectors.files import file_create
+    from vectors.models import VectorPrice
     from vectors.services import collection_create, vectors_write
     from vectors.store import Item
 
+    if not VectorPrice.objects.exists():
+        reseed_vector_price()  # a stored file is metered from its upload on
     ids = {"organization_id": t.org.pk, "project_id": t.project.pk}
     collection = collection_create(**ids, name=f"vectors-of-{t.org.slug}")
     vectors_write(collection=collection, items=[Item(id=f"vec-of-{t.org.slug}", vector=[1.0])])

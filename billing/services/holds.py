@@ -49,6 +49,9 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+import os
+import secrets
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -58,7 +61,7 @@ from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from billing.models import Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
+from billing.models import Hold, HoldStatus, LedgerEntry, Process, ProjectSpend, Wallet
 from billing.services.ledger import auto_recharge_enqueue, auto_recharge_on_commit
 from config import adb, live
 from config.errors import InsufficientQuota
@@ -70,6 +73,7 @@ WALLET = Wallet._meta.db_table
 HOLD = Hold._meta.db_table
 SPEND = ProjectSpend._meta.db_table
 LEDGER = LedgerEntry._meta.db_table
+PROCESS = Process._meta.db_table
 
 CODE_WALLET = "insufficient_quota"
 CODE_BUDGET = "project_budget_exceeded"
@@ -83,6 +87,20 @@ class HoldExists(ValueError):
 
 class HoldNotFound(LookupError):
     """``hold_settle`` was called for a ``request_id`` that has no hold."""
+
+
+_token: tuple[int, str, dt.datetime] | None = None
+
+
+def process_token() -> str:
+    """This process's name on its holds: host, pid and a random part (a pid is reused; a
+    forked child gets a token of its own)."""
+    global _token
+    pid = os.getpid()
+    if _token is None or _token[0] != pid:
+        host = socket.gethostname()[:40]
+        _token = (pid, f"{host}:{pid}:{secrets.token_hex(4)}", timezone.now())
+    return _token[1]
 
 
 def month_start(now: dt.datetime) -> dt.date:
@@ -148,9 +166,9 @@ WITH {adb.DEFER_FLUSH}, w AS (
     RETURNING 1
 )
 INSERT INTO {HOLD} (wallet_id, project_id, api_key_id, request_id, amount_nanos, status,
-                    month, created_at, expires_at)
+                    month, created_at, expires_at, process)
 SELECT w.id, %(project)s::bigint, %(key)s::bigint, %(rid)s::varchar, %(amount)s::bigint, 'open',
-       %(month)s::date, %(now)s::timestamptz, %(expires)s::timestamptz
+       %(month)s::date, %(now)s::timestamptz, %(expires)s::timestamptz, %(process)s::varchar
   FROM w, {adb.DEFER_FLUSH_NAME}
  WHERE %(project)s::bigint IS NULL OR EXISTS (SELECT 1 FROM s)
 RETURNING id
@@ -180,6 +198,7 @@ def _opening(defer: bool, *hold: Any, key_budget: int | None, ttl_s: int) -> dic
         raise ValueError("amount_nanos must be >= 0")
     now = p["now"] = timezone.now()
     p.update(expires=now + dt.timedelta(seconds=ttl_s), month=month_start(now), defer=defer)
+    p["process"] = process_token()
     p["key_budget"] = key_budget if p["key"] is not None else None
     return p
 
@@ -475,10 +494,11 @@ async def asettle(
     row = await _afetchrow(conn, _settle_sql(before[0] if before else None), params)
     try:
         await adb.flush(conn)
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+    except Exception as exc:
+        if not adb.lost(exc):
+            raise
         # Committed and visible; only the wait failed (the database is going away). Report
-        # what was done: settling again would find the hold closed, re-inserting ``before``
-        # would fail on its unique key.
+        # what was done (settling again would find the hold closed).
         log.warning("settlement of %s committed, its flush failed: %r", request_id, exc)
     return _settled(row)
 
@@ -506,63 +526,125 @@ async def arequest_recharge(wallet_id: int) -> None:
 
 # --- renewal ----------------------------------------------------------------------------------
 
+# The checkpoint (``delivered``: what each call had delivered, priced) only ever grows.
 _RENEW = f"""
 WITH r AS (
-    UPDATE {HOLD} SET expires_at = %(expires)s::timestamptz
-     WHERE request_id = ANY(%(rids)s::varchar[]) AND status = 'open'
+    UPDATE {HOLD} AS ho
+       SET expires_at = %(expires)s::timestamptz,
+           delivered_nanos = GREATEST(ho.delivered_nanos, LEAST(d.delivered, ho.amount_nanos))
+      FROM unnest(%(rids)s::varchar[], %(delivered)s::bigint[]) AS d(rid, delivered)
+     WHERE ho.request_id = d.rid AND ho.status = 'open'
     RETURNING 1
 )
 SELECT count(*) FROM r
 """
 
 
-def _renew_params(request_ids: list[str], ttl_s: int) -> dict[str, Any] | None:
+def _renew_params(
+    request_ids: list[str], ttl_s: int, delivered: list[int] | None
+) -> dict[str, Any] | None:
     if ttl_s <= 0:
         raise ValueError("ttl_s must be > 0")
+    if not request_ids:
+        return None
+    checkpoints = [0] * len(request_ids) if delivered is None else list(delivered)
+    if len(checkpoints) != len(request_ids) or min(checkpoints) < 0:
+        raise ValueError("delivered needs one amount >= 0 per request id")
     expires = timezone.now() + dt.timedelta(seconds=ttl_s)
-    return {"rids": list(request_ids), "expires": expires} if request_ids else None
+    return {"rids": list(request_ids), "delivered": checkpoints, "expires": expires}
 
 
-def holds_renew(*, request_ids: list[str], ttl_s: int) -> int:
+def holds_renew(*, request_ids: list[str], ttl_s: int, delivered: list[int] | None = None) -> int:
     """Push the expiry of the holds of ``request_ids`` that are still open to now + ``ttl_s``
     (one ``UPDATE``); returns how many. A process relaying a call renews its hold well within
     ``ttl_s``, so the sweeper only expires the holds of processes that died. Settled or expired
-    holds are left alone (a renewal never reopens a hold)."""
-    params = _renew_params(request_ids, ttl_s)
+    holds are left alone (a renewal never reopens a hold).
+
+    ``delivered`` (nano-USD, one per request id) is each call's checkpoint: what it had
+    delivered so far, priced. An expiry charges it (capped at the hold), so a process killed
+    mid-stream is billed to its last checkpoint, not $0; a checkpoint never decreases.
+    """
+    params = _renew_params(request_ids, ttl_s, delivered)
     return 0 if params is None else int(_fetchrow(_RENEW, params)[0])
 
 
-async def aholds_renew(*, request_ids: list[str], ttl_s: int) -> int:
+async def aholds_renew(
+    *, request_ids: list[str], ttl_s: int, delivered: list[int] | None = None
+) -> int:
     """:func:`holds_renew` on the event loop, same contract."""
-    if (params := _renew_params(request_ids, ttl_s)) is None:
+    if (params := _renew_params(request_ids, ttl_s, delivered)) is None:
         return 0
     async with adb.connection() as conn:
         return int((await _afetchrow(conn, _RENEW, params))[0])
 
 
+# This process is alive: its renewer says so on every tick (:func:`aprocess_seen`).
+_SEEN = f"""
+INSERT INTO {PROCESS} (token, host, pid, started_at, seen_at)
+VALUES (%(token)s::varchar, %(host)s::varchar, %(pid)s::integer, %(started)s::timestamptz,
+        %(now)s::timestamptz)
+ON CONFLICT (token) DO UPDATE SET seen_at = EXCLUDED.seen_at
+"""
+
+
+def _seen_params() -> dict[str, Any]:
+    token = process_token()
+    assert _token is not None
+    return {
+        "token": token,
+        "host": token.rsplit(":", 2)[0],
+        "pid": _token[0],
+        "started": _token[2],
+        "now": timezone.now(),
+    }
+
+
+def process_seen() -> None:
+    """Record that this process is alive now (see :class:`billing.models.Process`)."""
+    _fetchrow(_SEEN + " RETURNING 1", _seen_params())
+
+
+async def aprocess_seen() -> None:
+    """:func:`process_seen` on the event loop."""
+    async with adb.connection() as conn:
+        await _afetchrow(conn, _SEEN + " RETURNING 1", _seen_params())
+
+
 # --- expiry -----------------------------------------------------------------------------------
 
-# Hold → expired, its counter and wallet reservation released, and the zero-amount
-# ``hold_expired`` entry that shows it (lock order: hold, wallet, counter).
+# Hold → expired: its counter and wallet reservation released, and its last checkpoint
+# (``delivered_nanos``, within the hold) charged as a ``usage`` entry — or, with no checkpoint,
+# the zero-amount ``hold_expired`` entry that shows the release (lock order: hold, wallet,
+# counter). ``captured_nanos`` stays NULL without a checkpoint, so a settlement that still
+# arrives is taken late (:func:`_settle_sql`); a charged checkpoint is final.
 _EXPIRE = f"""
 WITH h AS (
-    UPDATE {HOLD} SET status = 'expired', closed_at = %(now)s::timestamptz
+    UPDATE {HOLD} SET status = 'expired', closed_at = %(now)s::timestamptz,
+           captured_nanos = NULLIF(LEAST(delivered_nanos, amount_nanos), 0)
      WHERE id = %(id)s::bigint AND status = 'open'
-    RETURNING wallet_id, project_id, api_key_id, amount_nanos, month, request_id
+    RETURNING wallet_id, project_id, api_key_id, amount_nanos, month, request_id,
+              COALESCE(captured_nanos, 0) AS charged
 ), w AS (
     UPDATE {WALLET} AS wl
-       SET held_nanos = wl.held_nanos - h.amount_nanos, auto_recharge_armed = {_REARMED.format(0)},
-           updated_at = %(now)s::timestamptz
+       SET balance_nanos = wl.balance_nanos - h.charged,
+           held_nanos = wl.held_nanos - h.amount_nanos,
+           auto_recharge_armed = {_REARMED.format("-h.charged")}, updated_at = %(now)s::timestamptz
       FROM h WHERE wl.id = h.wallet_id
     RETURNING wl.id, wl.organization_id, wl.balance_nanos, {_RECHARGE_DUE}
 ), s AS (
-    UPDATE {SPEND} AS sp SET held_nanos = sp.held_nanos - h.amount_nanos
+    UPDATE {SPEND} AS sp
+       SET held_nanos = sp.held_nanos - h.amount_nanos, used_nanos = sp.used_nanos + h.charged
       FROM h, w WHERE sp.project_id = h.project_id AND sp.month = h.month
 ), l AS (
     INSERT INTO {LEDGER} ({_LEDGER_COLUMNS})
-    SELECT w.id, 'hold_expired', 0, w.balance_nanos, 'hold_expired:' || h.request_id,
+    SELECT w.id, CASE WHEN h.charged > 0 THEN 'usage' ELSE 'hold_expired' END, -h.charged,
+           w.balance_nanos,
+           CASE WHEN h.charged > 0 THEN 'usage:' ELSE 'hold_expired:' END || h.request_id,
            h.project_id, h.api_key_id, h.request_id, '',
-           'Hold of $' || {_usd("h.amount_nanos")} || ' released after expiry',
+           CASE WHEN h.charged > 0
+                THEN 'usage to the last checkpoint (its process stopped); hold of $'
+                     || {_usd("h.amount_nanos")} || ' released after expiry'
+                ELSE 'Hold of $' || {_usd("h.amount_nanos")} || ' released after expiry' END,
            %(now)s::timestamptz
       FROM h, w
 )
@@ -571,10 +653,11 @@ SELECT w.id, w.organization_id, w.recharge_due FROM h, w
 
 
 def hold_expire(*, hold_id: int) -> bool:
-    """Release one expired open hold: a zero-amount ``hold_expired`` entry (key
-    ``hold_expired:<request_id>``, with the hold's request id, project and key) shows it, and
-    the organization's open dashboards are told. One statement (its own transaction in
-    autocommit); False when the hold was no longer open (settled meanwhile)."""
+    """Release one expired open hold, charging its last checkpoint: a ``usage`` entry of that
+    amount (key ``usage:<request_id>``) or, when nothing was checkpointed, a zero-amount
+    ``hold_expired`` entry (key ``hold_expired:<request_id>``), with the hold's request id,
+    project and key; the organization's open dashboards are told. One statement (its own
+    transaction in autocommit); False when the hold was no longer open (settled meanwhile)."""
     row = _fetchrow(_EXPIRE, {"id": hold_id, "now": timezone.now()})
     if row is None:
         return False

@@ -10,6 +10,8 @@ and span work only while tracing is on — and none makes a database or Redis ro
   time to first token, cache hits, failovers, rate-limit refusals, the JSON log line, and the
   end of the vendor span.
 - :func:`vendor_failed` counts a vendor attempt that failed (before a failover).
+- :func:`vendor_usage_disagreed` counts a call billed on something else than its vendor's
+  usage report.
 - :func:`traced` / :func:`vendor_call` decorate the steps that get a span.
 
 This package (but :mod:`~config.observability.views` and :mod:`~config.observability.scrape`,
@@ -56,7 +58,15 @@ class CallRequest(Protocol):
     state: dict[str, Any]
 
 
-__all__ = ["call_finished", "observe_v1", "stream_ended", "traced", "vendor_call", "vendor_failed"]
+__all__ = [
+    "call_finished",
+    "observe_v1",
+    "stream_ended",
+    "traced",
+    "vendor_call",
+    "vendor_failed",
+    "vendor_usage_disagreed",
+]
 
 
 def observe_v1(app: Any) -> Any:
@@ -173,6 +183,12 @@ def vendor_failed(vendor: str, kind: str) -> None:
     on to the next candidate, if any."""
     metrics.VENDOR_ERRORS.labels(vendor, kind).inc()
     tracing.vendor_attempt_failed(vendor, kind)
+
+
+def vendor_usage_disagreed(vendor: str, source: str) -> None:
+    """A call is billed on ``source`` (``counted``, ``capped``) instead of what ``vendor``
+    reported (or did not report)."""
+    metrics.VENDOR_USAGE_DISAGREEMENTS.labels(vendor, str(source)).inc()
 
 
 def stream_ended(request: CallRequest, meter: object) -> None:

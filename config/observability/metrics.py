@@ -68,6 +68,13 @@ CACHE_HITS = Counter(
     "Calls answered from the exact response cache, by endpoint and model.",
     ["endpoint", "model"],
 )
+VENDOR_USAGE_DISAGREEMENTS = Counter(
+    "infrai_vendor_usage_disagreements",
+    "Calls whose vendor-reported usage was not billed as reported: absent, malformed or "
+    "implausible against what the relay counted, or past the output cap; by vendor and the "
+    "source billed instead (counted, capped). See docs/billing.md.",
+    ["vendor", "source"],
+)
 RATE_LIMITED = Counter(
     "infrai_rate_limit_refusals",
     "Calls refused with 429 by a key's rate limits, by endpoint.",

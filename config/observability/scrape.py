@@ -37,6 +37,7 @@ class ScrapeCollector(Collector):
         for part, collect in (
             ("circuits", _circuit_families),
             ("holds", _hold_families),
+            ("audit", _audit_families),
             ("gpu_backend", _gpu_backend_families),
         ):
             try:
@@ -77,6 +78,30 @@ def _hold_families() -> Iterator[Metric]:
         "infrai_open_holds_nanos",
         "The total of the open holds, in nano-USD.",
         value=agg["total"] or 0,
+    )
+
+
+def _audit_families() -> Iterator[Metric]:
+    from django.core.cache import cache
+
+    from billing.audit import CHECKS
+    from billing.tasks import AUDIT_RESULT_KEY
+
+    result = cache.get(AUDIT_RESULT_KEY)
+    if result is None:
+        return
+    family = GaugeMetricFamily(
+        "infrai_billing_audit_findings",
+        "Findings of the last billing audit (the billing.audit beat task), per check.",
+        labels=["check"],
+    )
+    for check in CHECKS:
+        family.add_metric([check], float(result["checks"].get(check, 0)))
+    yield family
+    yield GaugeMetricFamily(
+        "infrai_billing_audit_timestamp_seconds",
+        "When the last billing audit ran (Unix time).",
+        value=float(result["at"]),
     )
 
 

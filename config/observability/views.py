@@ -9,15 +9,20 @@ Prometheus scrapes a web process's own port.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from config import adb
+from config.db import db_async
 from config.observability import scrape
+
+# The longest each readiness check may take: a probe must answer, even about a database that
+# does not.
+PROBE_TIMEOUT_S = 2.0
 
 
 async def healthz(request: HttpRequest) -> JsonResponse:
@@ -25,30 +30,33 @@ async def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
-def readiness() -> dict[str, str]:
-    """Each dependency's state: ``ok`` or why not. Ready when every value is ``ok``.
+async def readiness() -> dict[str, str]:
+    """Each dependency's state now: ``ok`` or why not. Ready when every value is ``ok``.
 
-    - ``database``: a ``SELECT 1``;
-    - ``redis``: a cache round trip (``ok`` without Redis, where the cache is in-process);
-    - ``models``: at least one model with a routable offering in the catalog snapshot.
+    - ``database``: a ``SELECT 1`` on the hot path's pool (:mod:`config.adb`), within
+      :data:`PROBE_TIMEOUT_S` — a pool that lost its connections replaces them for it, so the
+      answer is the database's state now, not a dead pooled connection's;
+    - ``redis``: a cache round trip;
+    - ``models``: at least one model with a routable offering in the catalog as it is now (a
+      snapshot built for the probe, in a thread).
     """
     from catalog.selectors import catalog_snapshot_sync, listed_models
 
     checks: dict[str, str] = {}
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
+        async with adb.connection() as conn:
+            await asyncio.wait_for(conn.fetchval("SELECT 1"), PROBE_TIMEOUT_S)
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = f"unavailable: {type(exc).__name__}"
     try:
-        cache.get("infrai:readyz")
+        await asyncio.wait_for(cache.aget("infrai:readyz"), PROBE_TIMEOUT_S)
         checks["redis"] = "ok"
     except Exception as exc:
         checks["redis"] = f"unavailable: {type(exc).__name__}"
     try:
-        count = len(listed_models(catalog_snapshot_sync()))
-        checks["models"] = "ok" if count else "no routable model"
+        snapshot = await asyncio.wait_for(db_async(catalog_snapshot_sync)(), PROBE_TIMEOUT_S)
+        checks["models"] = "ok" if listed_models(snapshot) else "no routable model"
     except Exception as exc:
         checks["models"] = f"unknown: {type(exc).__name__}"
     return checks
@@ -56,7 +64,7 @@ def readiness() -> dict[str, str]:
 
 async def readyz(request: HttpRequest) -> JsonResponse:
     """200 ``{"status": "ready", "checks": …}`` or 503 ``{"status": "not_ready", …}``."""
-    checks = await sync_to_async(readiness, thread_sensitive=False)()
+    checks = await readiness()
     ready = all(v == "ok" for v in checks.values())
     return JsonResponse(
         {"status": "ready" if ready else "not_ready", "checks": checks},

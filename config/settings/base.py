@@ -98,10 +98,19 @@ DATABASES = {"default": env.db_url_config(DATABASE_URL)}
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL (postgres://…)")
 DATABASES["default"]["CONN_MAX_AGE"] = 0
+# The pool checks a connection before handing it out (one empty round trip): a reset of the
+# database's backends then costs the calls in flight at that instant, not one failed request
+# per dead pooled connection for minutes after.
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
     "min_size": 1,
     "max_size": 16,
     "timeout": 10,
+    # A failing connection attempt is retried with backoff (1 s, 2 s, 4 s …) for this long, then
+    # given up so the next request starts afresh: after an outage the pool reconnects within
+    # about a second instead of sitting out a backoff grown during it (psycopg_pool's default is
+    # 300 s).
+    "reconnect_timeout": 2,
 }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -212,6 +221,14 @@ INFRAI_BODY_MIN_RATE_BPS = env.float("INFRAI_BODY_MIN_RATE_BPS", default=500.0)
 # backends than cores only add lock and scheduling contention inside PostgreSQL (16 cost more
 # PostgreSQL CPU per call than 4 or 8 in bench/compare.py) and use up max_connections.
 INFRAI_ASYNC_DB_POOL_SIZE = env.int("INFRAI_ASYNC_DB_POOL_SIZE", default=8)
+# A settlement that cannot reach PostgreSQL is retried on fresh connections for this long; then
+# it goes to this process's journal (billing/journal.py), replayed until PostgreSQL takes it,
+# and a non-streamed answer is refused with a retryable 503 instead of being given away.
+INFRAI_SETTLE_RETRY_S = env.float("INFRAI_SETTLE_RETRY_S", default=2.0)
+INFRAI_JOURNAL_DIR = Path(env("INFRAI_JOURNAL_DIR", default=str(DATA_DIR / "journal")))
+# How often a stream's hold records what it has delivered (its checkpoint): what a process
+# killed mid-stream is still billed for (inference.pipeline.renew_due).
+INFRAI_CHECKPOINT_S = env.float("INFRAI_CHECKPOINT_S", default=5.0)
 
 # --- catalog and routing ----------------------------------------------------------------------
 # How often a process checks the shared catalog version, and rebuilds its snapshot at the latest.

@@ -16,7 +16,10 @@ SECRET_KEY = env("DJANGO_SECRET_KEY")
 INFRAI_KEY_PEPPER = env("INFRAI_KEY_PEPPER")
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS")
 DATABASES = {"default": env.db("DATABASE_URL")}  # from the environment, never a data directory's
-DATABASES["default"]["OPTIONS"] = {"pool": {"min_size": 2, "max_size": 32, "timeout": 10}}
+DATABASES["default"]["OPTIONS"] = {
+    "pool": {"min_size": 2, "max_size": 32, "timeout": 10, "reconnect_timeout": 2}  # see base.py
+}
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # see base.py
 STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY")
 STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET")
 # Required: the cache, rate limits, channel layer and Celery are shared through Redis (base.py

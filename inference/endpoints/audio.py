@@ -53,6 +53,7 @@ from inference.http import ApiRequest, Response, StreamingResponse, json_respons
 from inference.models import RequestStatus
 from inference.multipart import Upload
 from inference.pipeline import Call, spawn
+from inference.usage import Billed
 from inference.vendors.base import JSON
 from money.pricing import Usage
 from money.usd import nanos_to_usd_str
@@ -212,8 +213,8 @@ class SpeechMeter:
     def complete(self) -> bool:
         return False
 
-    def usage(self, outcome: relay.Outcome) -> tuple[Usage, bool, str]:
-        return (Usage() if outcome is relay.Outcome.FAULT else self._usage), False, ""
+    def usage(self, outcome: relay.Outcome) -> Billed:
+        return Billed(Usage() if outcome is relay.Outcome.FAULT else self._usage)
 
     def tail(self, call: Call, fault: relay.Fault | None) -> Iterable[bytes]:
         if fault is None and self._kept is not None and call.served_by is not None:
@@ -477,7 +478,7 @@ async def transcriptions(request: ApiRequest) -> Response:
     answer = await metered.call_and_settle(
         call,
         lambda adapter, target, _c: adapter.transcribe(target, fields, file),
-        lambda _result: (worst, False),
+        lambda _result: Billed(worst),
     )
     if key is not None:
         entry = {"answer": answer, "usage": dataclasses.asdict(call.usage), **call.served()}

@@ -14,6 +14,7 @@ window, never a fixed 4096.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from typing import Any
@@ -27,7 +28,20 @@ from inference.chat.validation import ChatRequest, parse_chat_request, to_legacy
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
 from inference.models import RequestStatus
 from inference.pipeline import Call, spawn
-from inference.usage import INVALID_USAGE_NOTE, InvalidUsage, chat_usage, openai_chat_usage
+from inference.usage import (
+    INVALID_USAGE_NOTE,
+    OUTPUT_CAP_NOTE,
+    Billed,
+    InvalidUsage,
+    Relayed,
+    UsageReport,
+    chat_usage,
+    chat_usage_report,
+    counted,
+    openai_chat_usage,
+    reconcile,
+    stream_cut_tokens,
+)
 from inference.vendors import sse
 from inference.vendors.base import JSON
 from inference.vendors.errors import VendorUnavailable
@@ -48,7 +62,8 @@ def usage_from(body: JSON) -> Usage | None:
         return None
 
 
-def _message_text(message: JSON) -> str:
+def message_text(message: JSON) -> str:
+    """The text a message (or a chunk's delta) delivers: content, tool names and arguments."""
     parts = [str(message.get("content") or "")]
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {} if isinstance(call, dict) else {}
@@ -56,11 +71,41 @@ def _message_text(message: JSON) -> str:
     return "".join(parts)
 
 
-def estimate_usage(chat: ChatRequest, completion_text: str) -> Usage:
-    """Our own count (cl100k_base) of a call whose vendor reported no usage."""
-    return Usage(
-        input_tokens=tokens.count_messages(chat.payload["messages"]),
-        output_tokens=tokens.count_text(completion_text),
+def prompt_text_tokens(chat: ChatRequest) -> int:
+    """Our count of the prompt's message text alone (``Relayed.prompt_text_tokens``): the
+    validated count less OpenAI's framing, the flat rate per image and the tool definitions
+    (recounted here, only when there are tools)."""
+    messages = chat.payload["messages"]
+    images = sum(
+        1
+        for m in messages
+        if isinstance(m.get("content"), list)
+        for p in m["content"]
+        if isinstance(p, dict) and p.get("type") == "image_url"
+    )
+    tools = chat.payload.get("tools")
+    tools_tokens = tokens.count_text(json.dumps(tools)) if tools else 0
+    framing = tokens.framing_tokens(len(messages)) + tokens.IMAGE_TOKENS * images
+    return max(chat.prompt_tokens - framing - tools_tokens, 0)
+
+
+def output_limit(call: Call, chat: ChatRequest) -> int:
+    """The most output tokens the call allows over all its choices: the served model's
+    :func:`output_cap` × ``n``."""
+    return output_cap(chat, call.served_by) * chat.n
+
+
+def relayed(
+    call: Call, chat: ChatRequest, output_tokens: int, *, prompt_text: int | None = None
+) -> Relayed:
+    """What we count of a chat-shaped call whose delivered text is ``output_tokens`` tokens
+    (``prompt_text``: :func:`prompt_text_tokens` if already known)."""
+    return Relayed(
+        prompt_tokens=chat.prompt_tokens,
+        prompt_text_tokens=prompt_text_tokens(chat) if prompt_text is None else prompt_text,
+        output_tokens=output_tokens,
+        output_cap=output_limit(call, chat),
+        choices=chat.n,
     )
 
 
@@ -202,20 +247,19 @@ def with_max_tokens_hint(
     )
 
 
-def completion_usage(call: Call, chat: ChatRequest, body: JSON) -> tuple[Usage, bool]:
-    """``(usage, estimated)`` of a whole completion: the vendor's usage when it is true, else
-    our estimate of the answer (the call notes ``vendor_usage_invalid`` when it lied)."""
+def completion_usage(call: Call, chat: ChatRequest, body: JSON) -> Billed:
+    """What to bill for a whole completion: the vendor's usage where it is plausible against
+    our count of the answer and the output cap, else our count (:func:`inference.usage.
+    reconcile`). The answer is not truncated: one longer than the cap is billed at the cap."""
     try:
-        usage = chat_usage(body)
+        report, invalid = chat_usage_report(body), False
     except InvalidUsage:
-        usage, call.note = None, INVALID_USAGE_NOTE
-    if usage is not None:
-        return usage, False
+        report, invalid = None, True
     choices = body.get("choices") if isinstance(body.get("choices"), list) else []
     text = "".join(
-        _message_text(c.get("message") or {}) for c in choices or [] if isinstance(c, dict)
+        message_text(c.get("message") or {}) for c in choices or [] if isinstance(c, dict)
     )
-    return estimate_usage(chat, text), True
+    return reconcile(report, relayed(call, chat, tokens.count_text(text)), invalid=invalid)
 
 
 async def _answer_from_cache(
@@ -315,8 +359,12 @@ class ChatMeter:
             "created": int(time.time()),
             "model": call.served()["model"],
         }
-        self.delivered: list[str] = []
-        self.vendor_usage: Usage | None = None
+        self.limit = output_limit(call, chat)
+        # Our count of the delivered text; past ``stream_cut_tokens`` the relay ends the stream.
+        self.count = tokens.RunningCount(stream_cut_tokens(self.limit, chat.n))
+        self.cut = False  # ended by us at the output cap (finish_reason "length")
+        self.prompt_text: int | None = None
+        self.vendor_usage: UsageReport | None = None
         self.usage_invalid = False
         self.finished_choices: set[int] = set()
         self.pending: JSON | None = None  # the latest chunk with a finish_reason, held back
@@ -334,7 +382,7 @@ class ChatMeter:
         if "error" in item:
             raise relay.MalformedChunk("an error chunk")
         try:
-            usage = chat_usage(item)
+            usage = chat_usage_report(item)
         except InvalidUsage:
             usage, self.usage_invalid = None, True
         if usage is not None:
@@ -356,7 +404,7 @@ class ChatMeter:
         finished = False
         for choice in choices:
             delta = choice.get("delta") or {}
-            piece = _message_text(delta)
+            piece = message_text(delta)
             text += piece
             index = int(choice.get("index") or 0)
             self.texts.setdefault(index, []).append(piece)
@@ -366,22 +414,45 @@ class ChatMeter:
                 finished = True
                 self.finished_choices.add(index)
                 self.finish_reasons[index] = str(choice["finish_reason"])
-        self.delivered.append(text)
+        self.count.add(text)
         if finished:
             self.pending = chunk
         else:
             out.append(sse.encode(chunk))
+        if self.count.over and not self.complete():
+            self.cut, self.cacheable = True, False
+            raise relay.OutputCapReached(out)
         return out
 
     def complete(self) -> bool:
         return len(self.finished_choices) >= self.chat.n
 
-    def usage(self, outcome: relay.Outcome) -> tuple[Usage, bool, str]:
-        note = INVALID_USAGE_NOTE if self.usage_invalid else ""
-        whole = outcome is relay.Outcome.COMPLETE or self.complete()
-        if whole and self.vendor_usage is not None and not self.usage_invalid:
-            return self.vendor_usage, False, note
-        return estimate_usage(self.chat, "".join(self.delivered)), True, note
+    def usage(self, outcome: relay.Outcome) -> Billed:
+        if self.prompt_text is None:  # usage() may be asked again (shutdown, checkpoints)
+            self.prompt_text = prompt_text_tokens(self.chat)
+        counts = relayed(self.call, self.chat, self.count.total(), prompt_text=self.prompt_text)
+        if self.cut:
+            return counted(counts, note=OUTPUT_CAP_NOTE, disputed=True)
+        if outcome is relay.Outcome.COMPLETE or self.complete():
+            return reconcile(self.vendor_usage, counts, invalid=self.usage_invalid)
+        return counted(counts, note=INVALID_USAGE_NOTE if self.usage_invalid else "")
+
+    def _length_chunks(self) -> list[bytes]:
+        """A stream cut at the output cap: the chunk held back, then one ``finish_reason:
+        "length"`` chunk per unfinished choice, the last held back for ``infrai``."""
+        out = [sse.encode(self.pending)] if self.pending is not None else []
+        self.pending = None
+        unfinished = [i for i in range(self.chat.n) if i not in self.finished_choices]
+        for index in unfinished:
+            choice = {"index": index, "delta": {}, "finish_reason": "length"}
+            self.finished_choices.add(index)
+            self.finish_reasons[index] = "length"
+            chunk: JSON = {**self.base, "choices": [choice]}
+            if index != unfinished[-1]:
+                out.append(sse.encode(chunk))
+            else:
+                self.pending = chunk
+        return out
 
     def _store(self, call: Call) -> None:
         """Keep a deterministic stream's answer for the exact cache (as a completion)."""
@@ -408,6 +479,8 @@ class ChatMeter:
             self._store(call)
         infrai = call.infrai()
         out: list[bytes] = []
+        if self.cut:
+            out.extend(self._length_chunks())
         if self.pending is not None:
             self.pending["infrai"] = infrai
             out.append(sse.encode(self.pending))

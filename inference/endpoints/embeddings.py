@@ -26,6 +26,7 @@ from inference import tokens
 from inference.chat.validation import positive_int
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
+from inference.usage import Billed
 from inference.vendors.base import JSON
 from money.pricing import Usage
 
@@ -190,7 +191,7 @@ def render(body: JSON, request: EmbeddingRequest, model: str, usage: Usage) -> J
     }
 
 
-def usage_of(request: EmbeddingRequest, body: JSON) -> tuple[Usage, bool]:
+def usage_of(request: EmbeddingRequest, body: JSON) -> Billed:
     """The vendor's prompt tokens, else our own count (then ``estimated`` is True).
 
     Raises 502 for an answer that is not an embeddings list (nothing is charged then).
@@ -198,9 +199,9 @@ def usage_of(request: EmbeddingRequest, body: JSON) -> tuple[Usage, bool]:
     check_answer(body)
     usage = body.get("usage")
     if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
-        return Usage(input_tokens=usage["prompt_tokens"]), False
+        return Billed(Usage(input_tokens=usage["prompt_tokens"]))
     counted = sum(tokens.count_text(t) for t in request.texts) + request.token_ids
-    return Usage(input_tokens=counted), True
+    return Billed(Usage(input_tokens=counted), estimated=True)
 
 
 async def embeddings(request: ApiRequest) -> Response:

@@ -30,6 +30,7 @@ from config.errors import NotFound
 from inference.chat.validation import positive_int
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
+from inference.usage import Billed
 from inference.vendors import Adapter, VendorTarget, errors
 from inference.vendors.base import JSON
 from money.pricing import Usage
@@ -91,9 +92,9 @@ def parse_image_request(data: dict[str, Any]) -> ImageRequest:
     )
 
 
-def usage_of(request: ImageRequest, images: list[JSON]) -> tuple[Usage, bool]:
+def usage_of(request: ImageRequest, images: list[JSON]) -> Billed:
     """One image of ``request.price_key`` per image delivered."""
-    return Usage(images={request.price_key: len(images)}), False
+    return Billed(Usage(images={request.price_key: len(images)}))
 
 
 # --- URLs we serve ---------------------------------------------------------------------------

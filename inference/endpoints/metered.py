@@ -21,6 +21,7 @@ from inference import response_cache
 from inference.chat.validation import check_routing_fields, invalid_choice
 from inference.http import ApiRequest
 from inference.pipeline import Call, spawn
+from inference.usage import Billed
 from inference.vendors import Adapter, VendorTarget
 from inference.vendors.base import JSON
 from money.pricing import Usage
@@ -137,7 +138,7 @@ async def call_cached(
     likely_tokens: int,
     worst_tokens: int,
     fn: VendorCall[JSON],
-    usage_of: Callable[[JSON], tuple[Usage, bool]],
+    usage_of: Callable[[JSON], Billed],
     params: dict[str, Any] | None = None,
 ) -> tuple[Call, JSON]:
     """One deterministic call billed by input tokens, through the exact cache: ``(call, vendor
@@ -186,13 +187,12 @@ async def call_cached(
         leader.close()
 
 
-async def call_and_settle(
-    call: Call, fn: VendorCall[T], usage_of: Callable[[T], tuple[Usage, bool]]
-) -> T:
-    """Call the candidates with failover, charge ``usage_of(result)`` and finish the call.
+async def call_and_settle(call: Call, fn: VendorCall[T], usage_of: Callable[[T], Billed]) -> T:
+    """Call the candidates with failover, bill ``usage_of(result)`` and finish the call.
 
-    ``usage_of`` returns ``(usage, estimated)``; it may raise an :class:`ApiError` for an answer
-    that cannot be billed or rendered. On every exit the hold is settled exactly once: a vendor
+    ``usage_of`` says what to bill (:class:`~inference.usage.Billed`); it may raise an
+    :class:`ApiError` for an answer that cannot be billed or rendered. On every exit the hold
+    is settled exactly once: a vendor
     error or a refused answer charges nothing and re-raises; a cancelled call (client gone)
     charges nothing and is logged as 499; any other exception is logged as a 500.
     """

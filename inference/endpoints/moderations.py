@@ -17,6 +17,7 @@ from config.errors import InvalidRequest, UpstreamError, invalid_type, missing_p
 from inference import tokens
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
+from inference.usage import Billed
 from inference.vendors.base import JSON
 from money.pricing import Usage
 
@@ -83,7 +84,7 @@ def parse_moderation_request(data: dict[str, Any]) -> ModerationRequest:
     return ModerationRequest(payload={"input": raw}, routing=routing, texts=texts, images=images)
 
 
-def usage_of(request: ModerationRequest, body: Any) -> tuple[Usage, bool]:
+def usage_of(request: ModerationRequest, body: Any) -> Billed:
     """Input tokens by our count (moderation APIs report none); 502 for a malformed answer."""
     results = body.get("results") if isinstance(body, dict) else None
     if not isinstance(results, list) or not all(
@@ -92,7 +93,9 @@ def usage_of(request: ModerationRequest, body: Any) -> tuple[Usage, bool]:
     ):
         raise UpstreamError("The vendor answered something that is not a moderation result.")
     counted = sum(tokens.count_text(t) for t in request.texts)
-    return Usage(input_tokens=counted + tokens.IMAGE_TOKENS * request.images), True
+    return Billed(
+        Usage(input_tokens=counted + tokens.IMAGE_TOKENS * request.images), estimated=True
+    )
 
 
 async def moderations(request: ApiRequest) -> Response:

@@ -16,14 +16,17 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from config.errors import ApiError
-from inference import relay, response_cache
+from inference import relay, response_cache, tokens
 from inference.chat.validation import ChatRequest
 from inference.endpoints.chat import (
     cached_answer,
     completion_chunks,
     completion_usage,
-    estimate_usage,
+    message_text,
     open_upstream_stream,
+    output_limit,
+    prompt_text_tokens,
+    relayed,
     route_and_limit,
     stream_headers,
     usage_from,
@@ -40,7 +43,17 @@ from inference.responses.translate import (
     response_object,
     responses_param,
 )
-from inference.usage import INVALID_USAGE_NOTE, InvalidUsage, chat_usage
+from inference.usage import (
+    INVALID_USAGE_NOTE,
+    OUTPUT_CAP_NOTE,
+    Billed,
+    InvalidUsage,
+    UsageReport,
+    chat_usage_report,
+    counted,
+    reconcile,
+    stream_cut_tokens,
+)
 from inference.vendors.base import JSON
 from money.pricing import Usage
 
@@ -135,7 +148,7 @@ async def _open_stream(call: Call, parsed: ResponsesRequest, payload: JSON) -> S
     translator = StreamTranslator(
         response_id=_response_id(call), model=call.served()["model"], echo=parsed.echo
     )
-    meter = ResponsesMeter(parsed.chat, translator)
+    meter = ResponsesMeter(call, parsed.chat, translator)
 
     async def on_close() -> None:  # the response ended before the relay started
         await upstream.aclose()
@@ -149,11 +162,15 @@ async def _open_stream(call: Call, parsed: ResponsesRequest, payload: JSON) -> S
 
 class ResponsesMeter:
     """The Responses stream's :class:`~inference.relay.Meter`: chat chunks in, Responses
-    events out; a stream that ends early ends with ``response.failed``."""
+    events out; a stream that ends early ends with ``response.failed``, one the relay cuts at
+    the output cap with ``response.incomplete`` (``max_output_tokens``)."""
 
-    def __init__(self, chat: ChatRequest, translator: StreamTranslator) -> None:
-        self.chat, self.translator = chat, translator
-        self.vendor_usage: Usage | None = None
+    def __init__(self, call: Call, chat: ChatRequest, translator: StreamTranslator) -> None:
+        self.call, self.chat, self.translator = call, chat, translator
+        self.count = tokens.RunningCount(stream_cut_tokens(output_limit(call, chat)))
+        self.cut = False
+        self.prompt_text: int | None = None
+        self.vendor_usage: UsageReport | None = None
         self.usage_invalid = False
 
     def start(self) -> Iterable[bytes]:
@@ -170,20 +187,31 @@ class ResponsesMeter:
         ):
             raise relay.MalformedChunk("chunk choices that are not a list of objects")
         try:
-            self.vendor_usage = chat_usage(item) or self.vendor_usage
+            self.vendor_usage = chat_usage_report(item) or self.vendor_usage
         except InvalidUsage:
             self.usage_invalid = True
-        return self.translator.feed(item)
+        events = self.translator.feed(item)
+        for choice in choices or ():
+            if choice.get("index", 0) == 0:  # the translator relays the first choice only
+                self.count.add(message_text(choice.get("delta") or {}))
+        if self.count.over and not self.complete():
+            self.cut = True
+            self.translator.finish_reason = "length"
+            raise relay.OutputCapReached(events)
+        return events
 
     def complete(self) -> bool:
         return self.translator.finish_reason is not None
 
-    def usage(self, outcome: relay.Outcome) -> tuple[Usage, bool, str]:
-        note = INVALID_USAGE_NOTE if self.usage_invalid else ""
-        whole = outcome is relay.Outcome.COMPLETE or self.complete()
-        if whole and self.vendor_usage is not None and not self.usage_invalid:
-            return self.vendor_usage, False, note
-        return estimate_usage(self.chat, self.translator.text), True, note
+    def usage(self, outcome: relay.Outcome) -> Billed:
+        if self.prompt_text is None:  # usage() may be asked again (shutdown, checkpoints)
+            self.prompt_text = prompt_text_tokens(self.chat)
+        counts = relayed(self.call, self.chat, self.count.total(), prompt_text=self.prompt_text)
+        if self.cut:
+            return counted(counts, note=OUTPUT_CAP_NOTE, disputed=True)
+        if outcome is relay.Outcome.COMPLETE or self.complete():
+            return reconcile(self.vendor_usage, counts, invalid=self.usage_invalid)
+        return counted(counts, note=INVALID_USAGE_NOTE if self.usage_invalid else "")
 
     def tail(self, call: Call, fault: relay.Fault | None) -> Iterable[bytes]:
         if fault is None:

@@ -41,6 +41,11 @@ FAULTS = (
     "usage_garbage",  # prompt_tokens = "many"
     "usage_cached_over",  # cached_tokens > prompt_tokens
     "usage_huge",  # completion_tokens = 10**30
+    "usage_zero",  # prompt_tokens = completion_tokens = 0
+    "usage_absurd",  # completion_tokens = 99,999,999 (well-formed, under MAX_COUNT)
+    "usage_reasoning",  # + reasoning_tokens hidden tokens, reported in completion_tokens_details
+    "ignores_max_tokens",  # 200 one-token words whatever max_tokens says, usage claims 10
+    "huge_chunks",  # 10 content chunks of 5,000 one-token words each, usage claims 10
     "error_string_chunk",  # data: {"error": "text"}
     "array_chunk",  # data: [1, 2]
     "not_json_chunk",  # data: {broken
@@ -111,6 +116,7 @@ class FakeVendor(ThreadedServer):
     fault: str = ""
     hang_s: float = 30.0
     fail_code: str = ""  # the OpenAI error code of fail_statuses' answers ("model_loading" …)
+    reasoning_tokens: int = 0  # the hidden reasoning of fault "usage_reasoning"
     requests: list[dict[str, Any]] = field(default_factory=list)
     stream_closed: threading.Event = field(default_factory=threading.Event)
     chunks_sent: int = 0
@@ -130,6 +136,7 @@ class FakeVendor(ThreadedServer):
         self.fault = ""
         self.hang_s = 30.0
         self.fail_code = ""
+        self.reasoning_tokens = 0
         self.requests = []
         self.chunks_sent = 0
         self.stream_closed.clear()
@@ -185,6 +192,11 @@ class FakeVendor(ThreadedServer):
         text, calls = self._reply(body)
         prompt_tokens = _count_words(body.get("messages", []))
         words = text.split(" ") if text else []
+        if self.fault == "ignores_max_tokens":
+            words = ["word"] * 200
+        elif self.fault == "huge_chunks":
+            words = [" ".join(["word"] * 5000)] * 10
+        text = " ".join(words) if words else text
         usage = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": len(words) + len(calls or []),
@@ -237,6 +249,15 @@ class FakeVendor(ThreadedServer):
             usage["prompt_tokens_details"] = {"cached_tokens": usage["prompt_tokens"] + 100}
         elif self.fault == "usage_huge":
             usage["completion_tokens"] = 10**30
+        elif self.fault == "usage_zero":
+            usage["prompt_tokens"] = usage["completion_tokens"] = usage["total_tokens"] = 0
+        elif self.fault == "usage_absurd":
+            usage["completion_tokens"] = 99_999_999
+        elif self.fault == "usage_reasoning":
+            usage["completion_tokens"] += self.reasoning_tokens
+            usage["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_tokens}
+        elif self.fault in ("ignores_max_tokens", "huge_chunks"):
+            usage["completion_tokens"] = 10
 
     async def embeddings(self, request: web.Request) -> web.Response:
         body, failure = await self._gate(request)

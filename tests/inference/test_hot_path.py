@@ -136,6 +136,10 @@ def _held_call(org_key: str, request_id: str, amount: int) -> RequestLog:
     )
 
 
+def _held_row_copy(row: RequestLog) -> RequestLog:
+    return RequestLog(**{f.attname: getattr(row, f.attname) for f in RequestLog._meta.fields})
+
+
 def _settle_on_loop(row: RequestLog, cost: int) -> None:
     async def run() -> None:
         try:
@@ -177,24 +181,61 @@ def test_a_row_the_database_refuses_is_settled_alone_with_a_minimal_row(
     assert (wallet.balance_nanos, wallet.held_nanos) == (1_000_000_000 - 700, 0)
 
 
-def test_a_row_that_cannot_be_written_at_all_still_settles_the_hold(issue_key, transactional_db):
-    """A duplicate request id fails the row's statement as a whole (nothing half done) and the
-    minimal row too; the money comes first: the hold is settled alone, exactly once."""
+def test_a_row_already_written_is_kept_and_the_hold_settled_once(issue_key, transactional_db):
+    """A settlement repeated after its answer was lost (a reset after the commit) finds its row
+    and its hold: nothing is written twice, nothing raises."""
     key = issue_key(credit_usd="1")
     row = _held_call(key, "req_loop_dup", 10_000)
-    RequestLog.objects.create(
-        request_id="req_loop_dup",
-        organization_id=row.organization_id,
-        endpoint="chat.completions",
-        status=RequestStatus.OK,
-        http_status=200,
-    )
-    with pytest.raises(asyncpg.UniqueViolationError):
-        _settle_on_loop(row, 700)
-    assert RequestLog.objects.filter(request_id="req_loop_dup").count() == 1
-    assert Hold.objects.get(request_id="req_loop_dup").status == HoldStatus.SETTLED
+    _settle_on_loop(row, 700)
+    again = _held_row_copy(row)
+    again.error_code = "second_attempt"
+    _settle_on_loop(again, 700)
+    stored = RequestLog.objects.get(request_id="req_loop_dup")
+    assert stored.error_code == ""  # the first attempt's row
     entry = LedgerEntry.objects.get(request_id="req_loop_dup", kind=EntryKind.USAGE)
     assert entry.amount_nanos == -700
+
+
+def test_a_late_settlement_replaces_the_abandoned_row_the_sweeper_wrote(
+    issue_key, transactional_db
+):
+    """The sweeper logged the call ``abandoned`` while its settlement waited in a journal: the
+    replayed settlement's row takes its place."""
+    key = issue_key(credit_usd="1")
+    row = _held_call(key, "req_loop_abandoned", 10_000)
+    assert hold_expire(hold_id=Hold.objects.get(request_id="req_loop_abandoned").pk)
+    RequestLog.objects.create(
+        request_id="req_loop_abandoned",
+        organization_id=row.organization_id,
+        endpoint="unknown",
+        status=RequestStatus.ABANDONED,
+        http_status=0,
+        error_code="settlement_lost",
+    )
+    _settle_on_loop(row, 700)
+    stored = RequestLog.objects.get(request_id="req_loop_abandoned")
+    assert (stored.status, stored.endpoint, stored.cost_nanos) == (
+        RequestStatus.OK,
+        row.endpoint,
+        700,
+    )
+    entry = LedgerEntry.objects.get(request_id="req_loop_abandoned", kind=EntryKind.USAGE)
+    assert entry.amount_nanos == -700
+
+
+def test_a_row_that_cannot_be_written_at_all_still_settles_the_hold(issue_key, transactional_db):
+    """A value PostgreSQL refuses even in the minimal row (an endpoint past its column): the
+    money comes first — the hold is settled alone, exactly once — and the audit reports the
+    entry without its log."""
+    key = issue_key(credit_usd="1")
+    row = _held_call(key, "req_loop_unwritable", 10_000)
+    row.endpoint = "x" * 41
+    _settle_on_loop(row, 700)
+    assert not RequestLog.objects.filter(request_id="req_loop_unwritable").exists()
+    assert Hold.objects.get(request_id="req_loop_unwritable").status == HoldStatus.SETTLED
+    entry = LedgerEntry.objects.get(request_id="req_loop_unwritable", kind=EntryKind.USAGE)
+    assert entry.amount_nanos == -700
+    assert [f.check for f in audit_findings().findings] == ["entry_without_log"]
 
 
 def test_an_expired_hold_is_settled_late_and_capped(issue_key, transactional_db):
