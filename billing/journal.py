@@ -110,7 +110,10 @@ class JournalFile:
     def pending(self) -> list[Intent]:
         """The intents of this file not yet marked done (a torn last line is skipped)."""
         with self._lock:
-            raw = self.path.read_bytes()
+            return self._pending()
+
+    def _pending(self) -> list[Intent]:
+        raw = self.path.read_bytes()
         intents: dict[str, Intent] = {}
         for line in raw.splitlines():
             try:
@@ -124,10 +127,13 @@ class JournalFile:
                 intents.pop(str(entry["done"]), None)
         return list(intents.values())
 
-    def truncate(self) -> None:
+    def truncate_if_settled(self) -> None:
+        """Empty the file if nothing in it is pending — checked under the lock its appends
+        take, so an intent appended since the replay read the file is never lost."""
         with self._lock:
-            os.ftruncate(self._fd, 0)
-            os.fsync(self._fd)
+            if not self._pending():
+                os.ftruncate(self._fd, 0)
+                os.fsync(self._fd)
 
     def remove(self) -> None:
         """Delete the file (an adopted journal, replayed in full) and let go of it."""
@@ -205,7 +211,7 @@ async def _replay_file(
         await asyncio.to_thread(journal.append, orjson.dumps({"done": intent.request_id}))
         log.warning("journal: settled %s (%s nano-USD)", intent.request_id, intent.cost)
     if left == 0:
-        await asyncio.to_thread(journal.remove if adopted else journal.truncate)
+        await asyncio.to_thread(journal.remove if adopted else journal.truncate_if_settled)
     return left
 
 
