@@ -348,24 +348,46 @@ async def open_upstream_stream(
     return await call.call(first_chunk)
 
 
-class ChatMeter:
+class CountingMeter:
+    """What every chat-shaped stream's meter counts and how it bills (chat, Responses): our
+    running count of the delivered text (past ``stream_cut_tokens`` of ``limit`` × ``n`` the
+    relay ends the stream), the vendor's report, and :meth:`usage` from both."""
+
+    def __init__(self, call: Call, chat: ChatRequest, limit: int, n: int = 1) -> None:
+        self.call, self.chat = call, chat
+        self.count = tokens.RunningCount(stream_cut_tokens(limit, n))
+        self.cut = False  # ended by us at the output cap
+        self.prompt_text: int | None = None
+        self.vendor_usage: UsageReport | None = None
+        self.usage_invalid = False
+
+    def complete(self) -> bool:
+        raise NotImplementedError
+
+    def usage(self, outcome: relay.Outcome) -> Billed:
+        if self.prompt_text is None:  # usage() may be asked again (shutdown, checkpoints)
+            self.prompt_text = prompt_text_tokens(self.chat)
+        counts = relayed(self.call, self.chat, self.count.total(), prompt_text=self.prompt_text)
+        if self.cut:
+            return counted(counts, note=OUTPUT_CAP_NOTE, disputed=True)
+        if outcome is relay.Outcome.COMPLETE or self.complete():
+            return reconcile(self.vendor_usage, counts, invalid=self.usage_invalid)
+        return counted(counts, note=INVALID_USAGE_NOTE if self.usage_invalid else "")
+
+
+class ChatMeter(CountingMeter):
     """The chat stream's :class:`~inference.relay.Meter` (see the module docstring)."""
 
     def __init__(self, call: Call, chat: ChatRequest, cache_key: str | None = None) -> None:
-        self.call, self.chat, self.cache_key = call, chat, cache_key
+        self.limit = output_limit(call, chat)
+        super().__init__(call, chat, self.limit, chat.n)
+        self.cache_key = cache_key
         self.base: JSON = {
             "id": _completion_id(call),
             "object": "chat.completion.chunk",
             "created": int(time.time()),
             "model": call.served()["model"],
         }
-        self.limit = output_limit(call, chat)
-        # Our count of the delivered text; past ``stream_cut_tokens`` the relay ends the stream.
-        self.count = tokens.RunningCount(stream_cut_tokens(self.limit, chat.n))
-        self.cut = False  # ended by us at the output cap (finish_reason "length")
-        self.prompt_text: int | None = None
-        self.vendor_usage: UsageReport | None = None
-        self.usage_invalid = False
         self.finished_choices: set[int] = set()
         self.pending: JSON | None = None  # the latest chunk with a finish_reason, held back
         # What a cache entry needs (content-only answers: tool-call deltas are not assembled).
@@ -426,16 +448,6 @@ class ChatMeter:
 
     def complete(self) -> bool:
         return len(self.finished_choices) >= self.chat.n
-
-    def usage(self, outcome: relay.Outcome) -> Billed:
-        if self.prompt_text is None:  # usage() may be asked again (shutdown, checkpoints)
-            self.prompt_text = prompt_text_tokens(self.chat)
-        counts = relayed(self.call, self.chat, self.count.total(), prompt_text=self.prompt_text)
-        if self.cut:
-            return counted(counts, note=OUTPUT_CAP_NOTE, disputed=True)
-        if outcome is relay.Outcome.COMPLETE or self.complete():
-            return reconcile(self.vendor_usage, counts, invalid=self.usage_invalid)
-        return counted(counts, note=INVALID_USAGE_NOTE if self.usage_invalid else "")
 
     def _length_chunks(self) -> list[bytes]:
         """A stream cut at the output cap: the chunk held back, then one ``finish_reason:

@@ -16,17 +16,16 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from config.errors import ApiError
-from inference import relay, response_cache, tokens
+from inference import relay, response_cache
 from inference.chat.validation import ChatRequest
 from inference.endpoints.chat import (
+    CountingMeter,
     cached_answer,
     completion_chunks,
     completion_usage,
     message_text,
     open_upstream_stream,
     output_limit,
-    prompt_text_tokens,
-    relayed,
     route_and_limit,
     stream_headers,
     usage_from,
@@ -44,15 +43,8 @@ from inference.responses.translate import (
     responses_param,
 )
 from inference.usage import (
-    INVALID_USAGE_NOTE,
-    OUTPUT_CAP_NOTE,
-    Billed,
     InvalidUsage,
-    UsageReport,
     chat_usage_report,
-    counted,
-    reconcile,
-    stream_cut_tokens,
 )
 from inference.vendors.base import JSON
 from money.pricing import Usage
@@ -160,18 +152,14 @@ async def _open_stream(call: Call, parsed: ResponsesRequest, payload: JSON) -> S
     return StreamingResponse(chunks, headers=stream_headers(call, final=False), on_close=on_close)
 
 
-class ResponsesMeter:
+class ResponsesMeter(CountingMeter):
     """The Responses stream's :class:`~inference.relay.Meter`: chat chunks in, Responses
     events out; a stream that ends early ends with ``response.failed``, one the relay cuts at
     the output cap with ``response.incomplete`` (``max_output_tokens``)."""
 
     def __init__(self, call: Call, chat: ChatRequest, translator: StreamTranslator) -> None:
-        self.call, self.chat, self.translator = call, chat, translator
-        self.count = tokens.RunningCount(stream_cut_tokens(output_limit(call, chat)))
-        self.cut = False
-        self.prompt_text: int | None = None
-        self.vendor_usage: UsageReport | None = None
-        self.usage_invalid = False
+        super().__init__(call, chat, output_limit(call, chat))
+        self.translator = translator
 
     def start(self) -> Iterable[bytes]:
         return self.translator.start()
@@ -202,16 +190,6 @@ class ResponsesMeter:
 
     def complete(self) -> bool:
         return self.translator.finish_reason is not None
-
-    def usage(self, outcome: relay.Outcome) -> Billed:
-        if self.prompt_text is None:  # usage() may be asked again (shutdown, checkpoints)
-            self.prompt_text = prompt_text_tokens(self.chat)
-        counts = relayed(self.call, self.chat, self.count.total(), prompt_text=self.prompt_text)
-        if self.cut:
-            return counted(counts, note=OUTPUT_CAP_NOTE, disputed=True)
-        if outcome is relay.Outcome.COMPLETE or self.complete():
-            return reconcile(self.vendor_usage, counts, invalid=self.usage_invalid)
-        return counted(counts, note=INVALID_USAGE_NOTE if self.usage_invalid else "")
 
     def tail(self, call: Call, fault: relay.Fault | None) -> Iterable[bytes]:
         if fault is None:
