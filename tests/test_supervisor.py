@@ -43,14 +43,15 @@ def _child(
     body = textwrap.dedent(
         f"""
         import signal, sys, time
-        print("{name} ready", flush=True)
         if {exit_code!r} is not None:
+            print("{name} ready", flush=True)
             sys.exit({exit_code!r})
         def stop(*_):
             time.sleep({stop_s})
             open({str(tmp_path / name)!r}, "w").write(repr(time.monotonic()))
             sys.exit(0)
         signal.signal(signal.SIGTERM, stop)
+        print("{name} ready", flush=True)  # only once a SIGTERM would be recorded
         while True:
             time.sleep(0.05)
         """
@@ -81,7 +82,9 @@ def test_the_web_process_stops_first_and_the_rest_after_it(tmp_path: Path) -> No
 def test_a_process_that_dies_stops_the_others_and_fails_the_run(tmp_path: Path) -> None:
     async def scenario() -> Supervisor:
         sup = Supervisor({**os.environ}, time.monotonic(), emit=lambda _: None)
-        await sup.start(Process("web", _child(tmp_path, "web")))
+        web = await sup.start(Process("web", _child(tmp_path, "web"), ready_line="ready"))
+        while not web.ready:  # noqa: ASYNC110 (a flag the supervisor sets): its handler is set
+            await asyncio.sleep(0.02)
         await sup.start(Process("worker", _child(tmp_path, "worker", exit_code=3)))
         await asyncio.wait_for(sup.stopping.wait(), 30)
         await sup.stop()
