@@ -1,10 +1,12 @@
 """llama.cpp on the same GGUF, as the reference row of ``bench/gpu_backend.py --llama-cpp``.
 
-Runs under an interpreter that has ``llama-cpp-python`` (a throwaway virtualenv, never the
-project's: it builds from source in ~8 minutes); of the project it imports only
-``gpu_backend.llama_cpp_batch`` (standard library only), which fills batches as the engine does::
+Runs under an interpreter that has ``llama-cpp-python`` (the project's with the optional
+``llama-cpp`` extra, or a throwaway virtualenv; a source build of minutes: with GCC 12 on a CPU
+with AMX, build it with ``-mno-amx-tile -mno-amx-int8 -mno-amx-bf16``, or every batch of more
+than one token segfaults); of the project it imports only ``gpu_backend.llama_cpp_batch``
+(standard library only), which fills batches as the engine does::
 
-    /tmp/llamacpp-venv/bin/python bench/llama_cpp_reference.py --gguf PATH --threads 1
+    .venv/bin/python bench/llama_cpp_reference.py --gguf PATH --threads 1
 
 For each number of streams it prefills that many chat prompts in one batch (each its own
 sequence), then decodes all of them together, greedy, ``--max-tokens`` tokens each (end-of-turn
@@ -104,6 +106,11 @@ def main() -> None:
         "--streams", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16]
     )
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument(
+        "--kv-unified",
+        action="store_true",
+        help="one KV cache shared by all sequences, as the server's engine has",
+    )
     args = parser.parse_args()
     lc.llama_backend_init()
     silence_llama_cpp()
@@ -112,6 +119,7 @@ def main() -> None:
     params.n_ctx = 256 * max(args.streams)
     params.n_batch = params.n_ubatch = 4096
     params.n_seq_max = max(args.streams)
+    params.kv_unified = args.kv_unified
     params.n_threads = params.n_threads_batch = args.threads
     ctx = lc.llama_init_from_model(model, params)
     vocab = lc.llama_model_get_vocab(model)

@@ -7,7 +7,7 @@ import contextlib
 import hmac
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -124,12 +124,22 @@ def start_sequences(
     return seqs, events
 
 
-def raise_if_failed(event: Finished) -> None:
-    """A 500 for a sequence the engine could not finish."""
+def failure(event: Finished) -> APIError | None:
+    """The error for a sequence that did not end by itself while its client listened: a 500
+    when the engine could not finish it, a 503 when the server is stopping (the engine ended
+    it ``cancelled``; a client that left cancels its own sequences only once it is gone)."""
     if event.reason == "error":
-        raise APIError(
+        return APIError(
             500, event.error or "generation failed", type="server_error", code="generation_failed"
         )
+    if event.reason == "cancelled":
+        return APIError(
+            503,
+            "The model server is shutting down; the generation was stopped. Retry the request.",
+            type="server_error",
+            code="server_shutting_down",
+        )
+    return None
 
 
 async def chat_completions(request: Request) -> Response:
@@ -145,23 +155,66 @@ async def chat_completions(request: Request) -> Response:
         )
     seqs, events = start_sequences(engine, chat_request)
     results = [ChoiceResult(logprobs=[] if chat_request.logprobs else None) for _ in seqs]
-    try:
+
+    async def collect() -> None:
         pending = len(seqs)
         while pending:
             index, event = await events.get()
             results[index].add(event)
             if isinstance(event, Finished):
-                raise_if_failed(event)
+                error = failure(event)
+                if error is not None:
+                    raise error
                 pending -= 1
+
+    try:
+        if not await unless_disconnected(request, collect()):
+            return Response(status_code=CLIENT_CLOSED)  # nobody reads it
     finally:
         for seq in seqs:
             seq.cancel()
     return JSONResponse(completion_body(completion_id(), now(), chat_request, results))
 
 
+CLIENT_CLOSED = 499  # nginx's "client closed request": logged, never read
+
+
+async def unless_disconnected(request: Request, work: Coroutine[Any, Any, None]) -> bool:
+    """Run ``work`` unless the client goes first: ``True`` when it finished, ``False`` when the
+    client disconnected (``work`` is then cancelled, so the caller frees what it holds at once
+    instead of generating for nobody). Exceptions of ``work`` propagate.
+
+    Starlette watches for the disconnect only while a *streaming* body is sent; a non-streamed
+    answer is computed before anything is sent, so this listens to ASGI ``receive`` itself (the
+    body has been read: the next message is ``http.disconnect``)."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+    if task.cancelled():
+        return False
+    task.result()
+    return True
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client has closed the connection."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 async def stream_chat(engine: GenerationEngine, request: ChatRequest) -> AsyncIterator[bytes]:
     """SSE chunks: a role chunk per choice, one chunk per text delta, a finish chunk per choice,
-    the usage chunk when ``stream_options.include_usage``, then ``data: [DONE]``."""
+    the usage chunk when ``stream_options.include_usage``, then ``data: [DONE]``.
+
+    With ``include_usage`` the first role chunk carries the prompt's usage too (completion 0),
+    as vLLM's continuous usage does: a client that stops reading early still knows the prompt's
+    count in this model's tokens (the gateway bills a cancelled stream with it)."""
     request_id, created = completion_id(), now()
     seqs, events = start_sequences(engine, request)
     try:
@@ -171,7 +224,8 @@ async def stream_chat(engine: GenerationEngine, request: ChatRequest) -> AsyncIt
                 {"role": "assistant", "content": "", "refusal": None},
                 logprobs=[] if request.logprobs else None,
             )
-            yield sse(chunk_body(request_id, created, request, [role]))
+            prompt = usage_body(len(request.prompt_ids), 0) if index == 0 else None
+            yield sse(chunk_body(request_id, created, request, [role], prompt))
         pending, completion_tokens = len(seqs), 0
         while pending:
             index, event = await events.get()
@@ -184,15 +238,9 @@ async def stream_chat(engine: GenerationEngine, request: ChatRequest) -> AsyncIt
                 yield sse(chunk_body(request_id, created, request, [piece]))
                 continue
             pending -= 1
-            if event.reason == "error":
-                yield sse(
-                    APIError(
-                        500,
-                        event.error or "generation failed",
-                        type="server_error",
-                        code="generation_failed",
-                    ).body()
-                )
+            error = failure(event)
+            if error is not None:
+                yield sse(error.body())
                 return
             completion_tokens += event.completion_tokens
             yield sse(

@@ -26,12 +26,14 @@ from . import (
     SPEECH_MODEL_ID,
     TRANSCRIPTION_MODEL_ID,
 )
+from .chat_api import template_prompt
 from .chat_model import load_chat_model, load_chat_tokenizer, needs_conversion, prebuilt_dir
 from .config import BackendConfig
 from .device import DeviceSpec, select_device
 from .embeddings import EmbeddingBatcher, load_encoder
 from .engine import GenerationEngine
 from .errors import APIError, still_loading, unavailable, unknown_model
+from .llama_cpp_batch import probe
 from .locate import smollm2_gguf
 from .moderation import ModerationClassifier
 from .speech import Synthesizer, load_synthesizer
@@ -65,6 +67,8 @@ TYPICAL_LOAD_S: dict[str, float] = {
 }
 CONVERSION_S = 25.0
 LOAD_TIMES_FILE = "load-seconds.json"
+# What a chat model generates for once before it is called ready (Engine.warm_up).
+WARM_UP_MESSAGES = [{"role": "user", "content": "Say hi."}]
 
 
 @dataclass
@@ -119,6 +123,18 @@ class ModerationService:
     batcher: EmbeddingBatcher
 
 
+def cpu_engine(requested: str) -> tuple[str, str]:
+    """The CPU chat engine to run for ``--cpu-engine requested``, and why: ``auto`` is llama.cpp
+    where llama-cpp-python is installed and passes :func:`~.llama_cpp_batch.probe` (one stream
+    decodes ~3x faster, docs/performance.md), else transformers."""
+    if requested != "auto":
+        return requested, "as configured"
+    reason = probe(smollm2_gguf())
+    if reason is None:
+        return "llama-cpp", "auto: llama-cpp-python is installed and decodes"
+    return "transformers", f"auto: {reason}"
+
+
 class Backend:
     """Owns the device choice, the model slots and the worker threads of the server."""
 
@@ -155,6 +171,13 @@ class Backend:
             ", ".join(self.slots),
         )
         self._thread.start()
+
+    def abort_generations(self) -> None:
+        """End every generation now (``cancelled``, answered 503): the first step of a stop,
+        safe in a signal handler, so open requests finish at once instead of holding the
+        server's shutdown for as long as their ``max_tokens``."""
+        if self.engine is not None:
+            self.engine.abort()
 
     def shutdown(self) -> None:
         """Stop the worker threads (generation engine, embedding batcher)."""
@@ -226,11 +249,16 @@ class Backend:
     # --- loaders: each returns (service, one-line detail) --------------------------------------
 
     def _load_chat(self) -> tuple[GenerationEngine, str]:
-        if not self.spec.is_cuda and self.config.cpu_engine == "llama-cpp":
-            return self._load_chat_llama_cpp()
+        if not self.spec.is_cuda:
+            engine_name, why = cpu_engine(self.config.cpu_engine)
+            log.info("gpu-backend: chat engine %s (%s)", engine_name, why)
+            if engine_name == "llama-cpp":
+                return self._load_chat_llama_cpp()
         chat = load_chat_model(self.config.cache_dir, self.spec, self.config.cpu_weights)
+        chat.default_max_tokens = self.config.default_max_tokens
         engine = GenerationEngine(chat, max_batch=self.config.max_batch)
         engine.start()
+        engine.warm_up(template_prompt(chat, WARM_UP_MESSAGES))
         self.engine = engine
         weights = self.spec.dtype_name if self.spec.is_cuda else self.config.cpu_weights
         return (
@@ -243,10 +271,12 @@ class Backend:
         from .llama_cpp_engine import LlamaCppEngine
 
         chat = load_chat_tokenizer(self.config.cache_dir, self.spec)
+        chat.default_max_tokens = self.config.default_max_tokens
         engine = LlamaCppEngine(
             chat, smollm2_gguf(), self.config.threads, max_batch=self.config.max_batch
         )
         engine.start()
+        engine.warm_up(template_prompt(chat, WARM_UP_MESSAGES))
         self.engine = engine
         return engine, f"cpu/llama.cpp, {smollm2_gguf().name}, context {chat.context_length}"
 

@@ -199,9 +199,10 @@ def template_prompt(chat: ChatModel, messages: list[dict[str, str]]) -> list[int
     return [int(i) for i in ids]
 
 
-def _max_tokens(body: dict[str, Any], prompt_tokens: int, context: int) -> int:
+def _max_tokens(body: dict[str, Any], prompt_tokens: int, context: int, default: int) -> int:
     """``max_completion_tokens`` (or legacy ``max_tokens``), checked against the context window;
-    absent → everything the context has left."""
+    absent → ``default`` (the model's default output limit) or what the context has left, if
+    less."""
     name = (
         "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     )
@@ -215,7 +216,7 @@ def _max_tokens(body: dict[str, Any], prompt_tokens: int, context: int) -> int:
             param="messages",
         )
     if requested is None:
-        return context - prompt_tokens
+        return min(default, context - prompt_tokens)
     if prompt_tokens + requested > context:
         raise APIError(
             400,
@@ -258,7 +259,7 @@ def parse_chat_request(body: dict[str, Any], model_id: str, chat: ChatModel) -> 
     n = integer(body, "n", 1, MAX_N, default=1)
     assert n is not None
     base = SamplingParams(
-        max_tokens=_max_tokens(body, len(prompt_ids), chat.context_length),
+        max_tokens=_max_tokens(body, len(prompt_ids), chat.context_length, chat.default_max_tokens),
         temperature=number(body, "temperature", 0.0, 2.0),
         top_p=_present(number(body, "top_p", 0.0, 1.0, default=1.0)),
         top_k=_present(integer(body, "top_k", 0, 1 << 20, default=0)),

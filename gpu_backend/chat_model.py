@@ -37,6 +37,9 @@ class ChatModel:
     eos_token_ids: frozenset[int]
     context_length: int
     spec: DeviceSpec
+    #: Output tokens a request without ``max_tokens`` gets (never the whole context: a client
+    #: that forgot the cap would otherwise hold a slot for minutes).
+    default_max_tokens: int = 512
 
     @property
     def vocab_size(self) -> int:

@@ -12,14 +12,17 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from .config import (
     CPU_ENGINES,
     CPU_WEIGHTS,
     DEFAULT_LOAD_WAIT_S,
+    DEFAULT_MAX_TOKENS,
     ENV_CPU_ENGINE,
     ENV_CPU_WEIGHTS,
+    ENV_DEFAULT_MAX_TOKENS,
     ENV_DEVICE,
     ENV_HOST,
     ENV_LOAD_WAIT,
@@ -33,6 +36,10 @@ from .config import (
     default_threads,
     parse_model_list,
 )
+
+# The longest a stop waits for requests still open once the generations are ended (a speech
+# synthesis or a transcription in flight), before uvicorn closes their connections.
+SHUTDOWN_GRACE_S = 5
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,10 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
     from_env(
         "--cpu-engine",
         ENV_CPU_ENGINE,
-        "transformers",
-        "the chat engine on the CPU: transformers, or llama-cpp (the Q4_1 GGUF through "
-        "llama-cpp-python, the optional llama-cpp extra)",
+        "auto",
+        "the chat engine on the CPU: auto (llama-cpp where llama-cpp-python is installed and "
+        "passes a decode probe, else transformers), transformers, or llama-cpp (the Q4_1 GGUF "
+        "through llama-cpp-python, the optional llama-cpp extra)",
         choices=CPU_ENGINES,
+    )
+    from_env(
+        "--default-max-tokens",
+        ENV_DEFAULT_MAX_TOKENS,
+        str(DEFAULT_MAX_TOKENS),
+        "output tokens a chat request without max_tokens gets (never the whole context)",
+        type=int,
     )
     parser.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
@@ -148,6 +163,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> BackendConfig:
         load_wait_s=max(0.0, args.load_wait),
         cpu_weights=args.cpu_weights,
         cpu_engine=args.cpu_engine,
+        default_max_tokens=max(1, args.default_max_tokens),
     )
 
 
@@ -167,10 +183,27 @@ def serve(config: BackendConfig) -> None:
     logging.basicConfig(
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s"
     )
-    app = create_app(Backend(config))
-    uvicorn.run(
-        app, host=config.host, port=config.port, log_level=config.log_level, access_log=False
+    backend = Backend(config)
+
+    class Server(uvicorn.Server):
+        """uvicorn whose SIGINT/SIGTERM first ends the generations in flight (they would
+        otherwise hold its graceful shutdown for minutes), then stops as uvicorn does."""
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            backend.abort_generations()
+            super().handle_exit(sig, frame)
+
+    server = Server(
+        uvicorn.Config(
+            create_app(backend),
+            host=config.host,
+            port=config.port,
+            log_level=config.log_level,
+            access_log=False,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        )
     )
+    server.run()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

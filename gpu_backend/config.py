@@ -21,7 +21,9 @@ ENV_TOKEN = "INFRAI_GPU_BACKEND_TOKEN"
 ENV_CPU_WEIGHTS = "INFRAI_GPU_BACKEND_CPU_WEIGHTS"
 CPU_WEIGHTS = ("fp32", "int8")
 ENV_CPU_ENGINE = "INFRAI_GPU_BACKEND_CPU_ENGINE"
-CPU_ENGINES = ("transformers", "llama-cpp")
+ENV_DEFAULT_MAX_TOKENS = "INFRAI_GPU_BACKEND_DEFAULT_MAX_TOKENS"
+DEFAULT_MAX_TOKENS = 512  # the catalog's default output limit of the local chat model
+CPU_ENGINES = ("auto", "transformers", "llama-cpp")
 DEFAULT_LOAD_WAIT_S = 60.0
 
 
@@ -72,6 +74,9 @@ class BackendConfig:
     log_level: str = "info"
     load_wait_s: float = DEFAULT_LOAD_WAIT_S  # how long a request waits for a loading model
     cpu_weights: str = "fp32"  # the chat model's linear layers on the CPU: fp32 or int8
-    cpu_engine: str = "transformers"  # the chat engine on the CPU: transformers or llama-cpp
+    # The chat engine on the CPU: auto (llama-cpp where installed and working), transformers or
+    # llama-cpp.
+    cpu_engine: str = "auto"
+    default_max_tokens: int = DEFAULT_MAX_TOKENS  # output tokens of a request without max_tokens
     # The bearer token every request but /health must carry ("" = none: loopback binds only).
     token: str = field(default="", repr=False)

@@ -5,35 +5,56 @@ decode rate on a CPU, docs/performance.md).
 
 Optional: ``llama-cpp-python`` is the ``llama-cpp`` extra (a source build of minutes, never in the
 default install); without it ``--cpu-engine llama-cpp`` fails the chat model's load with the
-reason. Each running sequence owns a llama.cpp sequence id (a KV slot); a slot is cleared when a
-new sequence takes it. Prompts are templated and detokenised by the converted copy's tokenizer
+reason. Each running sequence owns a llama.cpp sequence id; all of them share one unified KV cache
+of ``kv_cells`` token cells (bounded memory), and any one sequence may use the model's whole
+context. A sequence is admitted only when its worst case (prompt plus ``max_tokens``, at most the
+context) fits beside the worst cases of the running ones, so the cache is never over-committed;
+the rest wait, in order. Prompts are templated and detokenised by the converted copy's tokenizer
 (the GGUF's vocabulary), so requests, usage and stop handling are those of the torch engine.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from . import engine as _engine
 from .chat_model import ChatModel
-from .engine import PREFILL_TOKEN_BUDGET, GenerationEngine, Sequence
+from .engine import GenerationEngine, Sequence
 from .llama_cpp_batch import fill_batch, silence_llama_cpp
 
-SEQUENCE_CONTEXT = 2048  # KV cells per sequence (the context a request may use here)
+KV_CELLS = 32768  # token cells of the shared KV cache: 720 MiB for SmolLM2-135M at f16
+MICRO_BATCH = 512  # tokens per physical forward pass (llama.cpp splits a larger prefill)
+
+
+def reservation(seq: Sequence, context_length: int) -> int:
+    """The KV cells ``seq`` can ever occupy: its prompt plus ``max_tokens``, at most the context."""
+    return min(len(seq.prompt_ids) + seq.params.max_tokens, context_length)
 
 
 class LlamaCppEngine(GenerationEngine):
     """Continuous batching over llama.cpp: one ``llama_decode`` per prefill and per decode step.
 
-    ``chat`` supplies the tokenizer, end-of-turn ids and context length (``model`` is unused);
-    ``gguf`` is the model file; ``threads`` llama.cpp's CPU threads.
+    ``chat`` supplies the tokenizer, end-of-turn ids and context length (``model`` is unused; its
+    ``context_length`` is lowered to ``kv_cells`` if larger); ``gguf`` is the model file;
+    ``threads`` llama.cpp's CPU threads; ``kv_cells`` the size of the KV cache all running
+    sequences share.
     """
 
-    def __init__(self, chat: ChatModel, gguf: Path, threads: int, max_batch: int = 16) -> None:
+    def __init__(
+        self,
+        chat: ChatModel,
+        gguf: Path,
+        threads: int,
+        max_batch: int = 16,
+        kv_cells: int = KV_CELLS,
+    ) -> None:
         super().__init__(chat, max_batch)
         import llama_cpp  # the optional extra: ImportError names what to install
 
@@ -45,21 +66,29 @@ class LlamaCppEngine(GenerationEngine):
         )
         if not model:
             raise RuntimeError(f"llama.cpp could not load {gguf}")
+        context = min(chat.context_length, kv_cells)
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx = SEQUENCE_CONTEXT * self.max_batch
-        params.n_batch = params.n_ubatch = PREFILL_TOKEN_BUDGET + SEQUENCE_CONTEXT
+        params.n_ctx = kv_cells
+        params.kv_unified = True  # one cache for all sequences: each may use n_ctx cells
         params.n_seq_max = self.max_batch
+        # A prefill is one llama_decode: the first prompt whole plus the engine's token budget.
+        params.n_batch = _engine.PREFILL_TOKEN_BUDGET + context
+        params.n_ubatch = MICRO_BATCH
         params.n_threads = params.n_threads_batch = threads
         self._model = model
         self._ctx = llama_cpp.llama_init_from_model(model, params)
         if not self._ctx:
+            llama_cpp.llama_model_free(model)
             raise RuntimeError("llama.cpp could not create a context")
+        self.kv_cells = int(llama_cpp.llama_n_ctx(self._ctx))
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
-        self._buffer = llama_cpp.llama_batch_init(params.n_batch, 0, 1)
+        self._n_batch = int(params.n_batch)
+        self._buffer = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
         self._slot: dict[int, int] = {}  # id(sequence) → llama.cpp sequence id
+        self._held: deque[Sequence] = deque()  # taken from the queue, waiting for KV cells
         self._lock = threading.Lock()
-        self.chat.context_length = min(self.chat.context_length, SEQUENCE_CONTEXT)
+        self.chat.context_length = min(self.chat.context_length, self.kv_cells)
 
     def stop(self) -> None:
         """Stop the engine thread, then free llama.cpp's context and model."""
@@ -71,11 +100,74 @@ class LlamaCppEngine(GenerationEngine):
                 self._lc.llama_model_free(self._model)
                 self._ctx = None
 
+    @property
+    def queue_depth(self) -> int:
+        """Sequences submitted and not yet prefilled (those waiting for KV cells included)."""
+        return super().queue_depth + len(self._held)
+
+    @property
+    def kv_reserved(self) -> int:
+        """KV cells reserved by the running sequences (never more than ``kv_cells``)."""
+        return sum(reservation(s, self.chat.context_length) for s in self._batch.seqs)
+
+    def _cancel_queued(self) -> None:
+        while self._held:
+            self._held.popleft().finish("cancelled")
+        super()._cancel_queued()
+
     # --- engine thread -------------------------------------------------------------------------
+
+    def _next_waiting(self, block: bool) -> Sequence | None:
+        """The oldest sequence not yet admitted (held back first), or None when there is none."""
+        if self._held:
+            return self._held.popleft()
+        try:
+            return self._incoming.get(block=block, timeout=0.1 if block else None)
+        except queue.Empty:
+            return None
+
+    def _admit(self) -> None:
+        """Prefill the waiting sequences together (blocking briefly only when idle).
+
+        As :meth:`GenerationEngine._admit` (``max_batch``, ``PREFILL_TOKEN_BUDGET``), and only
+        while the next sequence's :func:`reservation` fits in the cells the running and newly
+        admitted ones leave; the first that does not waits at the head of the line (no one
+        overtakes it). With nothing running every sequence fits: a reservation is at most the
+        context, and the context at most the cache.
+        """
+        new: list[Sequence] = []
+        budget = _engine.PREFILL_TOKEN_BUDGET
+        free = self.kv_cells - self.kv_reserved
+        while len(self._batch.seqs) + len(new) < self.max_batch:
+            seq = self._next_waiting(block=not self._batch.seqs and not new)
+            if seq is None:
+                break
+            if seq.cancelled:
+                seq.finish("cancelled")
+                continue
+            need = reservation(seq, self.chat.context_length)
+            if need > free:
+                self._held.appendleft(seq)
+                break
+            free -= need
+            new.append(seq)
+            budget -= len(seq.prompt_ids)
+            if budget <= 0:
+                break
+        if not new:
+            return
+        try:
+            self._prefill(new)
+        except Exception as exc:
+            _engine.log.exception("prefill failed")
+            for seq in new:
+                seq.finish("error", f"prefill failed: {exc}")
 
     def _decode(self, entries: list[tuple[int, int, int, bool]]) -> list[int]:
         """Run ``(token, position, slot, wants_logits)`` entries through llama.cpp; returns the
         batch indices whose logits were asked for."""
+        if len(entries) > self._n_batch:
+            raise RuntimeError(f"{len(entries)} tokens exceed the batch of {self._n_batch}")
         batch = self._buffer
         wanted = fill_batch(batch, entries)
         status = self._lc.llama_decode(self._ctx, batch)
@@ -89,14 +181,17 @@ class LlamaCppEngine(GenerationEngine):
         return torch.from_numpy(np.ctypeslib.as_array(pointer, shape=(self._n_vocab,)).copy())
 
     def _prefill(self, seqs: list[Sequence]) -> None:
-        """Give each new sequence a free slot, prefill all prompts in one ``llama_decode`` and
+        """Clear every slot no running sequence holds (the cells of ended ones go back to the
+        cache), give each new sequence one, prefill all prompts in one ``llama_decode`` and
         sample each first token; unfinished sequences join the running batch."""
         used = {self._slot[id(s)] for s in self._batch.seqs}
         free = [slot for slot in range(self.max_batch) if slot not in used]
+        for slot in free:
+            self._lc.llama_memory_seq_rm(self._memory, slot, -1, -1)
+        self._slot = {id(s): self._slot[id(s)] for s in self._batch.seqs}
         entries: list[tuple[int, int, int, bool]] = []
         for seq, slot in zip(seqs, free[: len(seqs)], strict=True):
             self._slot[id(seq)] = slot
-            self._lc.llama_memory_seq_rm(self._memory, slot, -1, -1)
             last = len(seq.prompt_ids) - 1
             entries += [(t, p, slot, p == last) for p, t in enumerate(seq.prompt_ids)]
         wanted = self._decode(entries)
@@ -106,7 +201,6 @@ class LlamaCppEngine(GenerationEngine):
         kept = [s for s, i in zip(seqs, wanted, strict=True) if self._accept(s, self._logits(i))]
         self.rate.add(len(seqs))
         self._batch.seqs.extend(kept)
-        self._forget_finished(seqs)
 
     def _decode_step(self) -> None:
         """One ``llama_decode`` over every running sequence's last token, then sample."""
@@ -130,11 +224,3 @@ class LlamaCppEngine(GenerationEngine):
             s for s, i in zip(running, wanted, strict=True) if self._accept(s, self._logits(i))
         ]
         self.rate.add(len(running))
-        self._forget_finished(running)
-
-    def _forget_finished(self, seqs: list[Sequence]) -> None:
-        """Drop the slot of every sequence in ``seqs`` that left the batch (cleared on reuse)."""
-        alive = {id(s) for s in self._batch.seqs}
-        for seq in seqs:
-            if id(seq) not in alive:
-                self._slot.pop(id(seq), None)

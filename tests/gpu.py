@@ -30,6 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 # The device the session's backend runs on: cpu unless $INFRAI_TEST_DEVICE says cuda (the CUDA
 # check, bench/gpu_check.sh, runs these same tests on a GPU).
 TEST_DEVICE = os.environ.get("INFRAI_TEST_DEVICE", "cpu")
+# The session backend's default output limit (``--default-max-tokens``; 512 in production):
+# small, so a test that sets no cap decodes for a second, not half a minute.
+TEST_DEFAULT_MAX_TOKENS = 40
 READY_TIMEOUT_S = 300.0  # the first run converts the GGUF (~25 s); later runs start in seconds
 
 
@@ -75,7 +78,9 @@ def backend_url() -> Iterator[str]:
         sys.executable, "-m", "gpu_backend",
         "--host", "127.0.0.1", "--port", str(port), "--threads", "1",
         "--cache-dir", str(model_cache_dir()), "--max-batch", "8", "--log-level", "warning",
-        "--device", TEST_DEVICE,
+        "--device", TEST_DEVICE, "--default-max-tokens", str(TEST_DEFAULT_MAX_TOKENS),
+        # fp32 transformers whatever is installed: exact greedy output, batched equals solo.
+        "--cpu-engine", "transformers",
     ]  # fmt: skip
     with log.open("wb") as sink:
         process = subprocess.Popen(

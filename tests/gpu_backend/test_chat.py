@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -13,7 +15,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from gpu_backend.chat_model import chat_model_dir
+from tests.gpu import TEST_DEFAULT_MAX_TOKENS
 from tests.gpu_backend.conftest import model_cache_dir
+from tests.gpu_backend.test_metrics import scrape
 
 MODEL = "SmolLM2-135M-Instruct"
 COUNT = [{"role": "user", "content": "Count from 1 to 20, one number per line."}]
@@ -81,7 +85,10 @@ def test_streaming_sends_one_chunk_per_token_and_ends_with_done(
     usage_chunk = chunks[-1]
     assert usage_chunk["choices"] == []
     assert usage_chunk["usage"]["completion_tokens"] == 12
-    assert all(c["usage"] is None for c in chunks[:-1])
+    # The first chunk reports the prompt (what a client that stops early still knows), no other.
+    assert chunks[0]["usage"]["prompt_tokens"] == usage_chunk["usage"]["prompt_tokens"]
+    assert chunks[0]["usage"]["completion_tokens"] == 0
+    assert all(c["usage"] is None for c in chunks[1:-1])
     # The streamed text is exactly the non-streamed greedy text, and usage agrees.
     whole = chat(client, COUNT, max_tokens=12)
     assert "".join(content) == whole.choices[0].message.content
@@ -216,6 +223,99 @@ def test_image_input_is_refused(http: httpx.Client) -> None:
     )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "unsupported_content"
+
+
+# --- cancellation: a client that leaves frees its slot at once ---------------------------------
+
+# A generation that never ends by itself: end-of-turn banned, long cap (minutes of decoding).
+ENDLESS = {
+    "model": MODEL,
+    "messages": STORY,
+    "max_tokens": 4000,
+    "temperature": 1.0,
+    "logit_bias": {"0": -100, "2": -100},  # <|endoftext|>, <|im_end|>
+}
+
+
+def batch(http: httpx.Client) -> tuple[float, float]:
+    """The chat engine's running batch size and queue depth (``/metrics``)."""
+    metrics = scrape(http)
+    return (
+        metrics[("infrai_gpu_backend_batch_size", MODEL)],
+        metrics[("infrai_gpu_backend_queue_depth", MODEL)],
+    )
+
+
+def generated(http: httpx.Client) -> int:
+    return int(http.get("/stats").json()["chat"]["tokens_generated"])
+
+
+def wait_until(condition: Callable[[], bool], bound_s: float = 20.0) -> None:
+    """Poll ``condition`` until true; fail after ``bound_s`` (a bound on waiting, not a speed
+    assertion: the engine drops a cancelled sequence at its next step, ~0.1 s here)."""
+    deadline = time.monotonic() + bound_s
+    while not condition():
+        assert time.monotonic() < deadline, "still generating for a client that is gone"
+        time.sleep(0.05)
+
+
+def assert_idle_and_stopped(http: httpx.Client) -> None:
+    """The batch is empty and stays empty: no token is generated for nobody afterwards."""
+    wait_until(lambda: batch(http) == (0, 0))
+    after = generated(http)
+    time.sleep(0.5)  # several decode steps' worth: a leftover sequence would add tokens
+    assert generated(http) == after and batch(http) == (0, 0)
+
+
+def test_a_non_streamed_generation_stops_when_its_client_disconnects(
+    http: httpx.Client, backend_url: str
+) -> None:
+    host, port = backend_url.removeprefix("http://").split(":")
+    payload = json.dumps(ENDLESS).encode()
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+            + f"\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
+        wait_until(lambda: batch(http)[0] >= 1)  # decoding for this client now
+        start = generated(http)
+        wait_until(lambda: generated(http) > start)
+    assert_idle_and_stopped(http)
+    # The next call runs alone (batch of one) and answers in full.
+    answer = http.post(
+        "/v1/chat/completions", json={"model": MODEL, "messages": COUNT, "max_tokens": 8}
+    ).json()
+    assert answer["usage"]["completion_tokens"] == 8
+
+
+def test_a_streamed_generation_stops_when_its_client_disconnects(
+    http: httpx.Client, backend_url: str
+) -> None:
+    with httpx.stream(
+        "POST", backend_url + "/v1/chat/completions", json={**ENDLESS, "stream": True}, timeout=60
+    ) as response:
+        received = 0
+        for line in response.iter_lines():
+            received += line.startswith("data: ")
+            if received == 4:
+                break
+    assert_idle_and_stopped(http)
+
+
+def test_a_request_without_max_tokens_gets_the_default_output_limit(
+    http: httpx.Client, backend_url: str
+) -> None:
+    """Never the whole context: the backend's default (``--default-max-tokens``, 512 unless
+    set; the session's backend sets a small one) bounds a request that sets no cap — seen here
+    on the stream's own end, cut at ``length``."""
+    body = {k: v for k, v in ENDLESS.items() if k != "max_tokens"}
+    chunks = [json.loads(e) for e in stream_events(http, {
+        **body, "stream": True, "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": "Hi"}],
+    })[:-1]]  # fmt: skip
+    assert chunks[-1]["usage"]["completion_tokens"] == TEST_DEFAULT_MAX_TOKENS
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
 
 
 def test_client_disconnect_stops_generation(http: httpx.Client, backend_url: str) -> None:

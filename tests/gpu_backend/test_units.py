@@ -9,6 +9,8 @@ import httpx
 import pytest
 import torch
 
+from gpu_backend.cli import config_from_args
+from gpu_backend.config import ENV_CPU_ENGINE, ENV_DEFAULT_MAX_TOKENS
 from gpu_backend.errors import APIError
 from gpu_backend.multipart import parse_form
 from gpu_backend.sampling import (
@@ -105,3 +107,28 @@ def test_subtitle_timestamps() -> None:
     assert to_srt(transcript) == "1\n00:00:00,000 --> 01:01:01,500\nHi there.\n"
     assert to_vtt(transcript) == "WEBVTT\n\n00:00:00.000 --> 01:01:01.500\nHi there.\n"
     assert math.isclose(segment.end, 3661.5)
+
+
+def test_the_default_output_limit_is_small_and_settable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_DEFAULT_MAX_TOKENS, raising=False)
+    monkeypatch.delenv(ENV_CPU_ENGINE, raising=False)
+    assert config_from_args([]).default_max_tokens == 512
+    assert config_from_args([]).cpu_engine == "auto"
+    assert config_from_args(["--default-max-tokens", "64"]).default_max_tokens == 64
+    monkeypatch.setenv(ENV_DEFAULT_MAX_TOKENS, "100")
+    assert config_from_args([]).default_max_tokens == 100
+
+
+def test_auto_runs_llama_cpp_only_where_it_is_installed_and_decodes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpu_backend import backend
+
+    assert backend.cpu_engine("transformers") == ("transformers", "as configured")
+    monkeypatch.setattr(backend, "probe", lambda gguf: "llama-cpp-python is not installed")
+    assert backend.cpu_engine("auto") == (
+        "transformers",
+        "auto: llama-cpp-python is not installed",
+    )
+    monkeypatch.setattr(backend, "probe", lambda gguf: None)
+    assert backend.cpu_engine("auto")[0] == "llama-cpp"
