@@ -7,7 +7,8 @@ Shape (see ``catalog/seed/catalog.yaml`` and ``docs/catalog.md``)::
          region, enabled, notes, verified_models?}
     models:
       - id, display_name, owned_by, description, capabilities, tasks, context_window,
-        max_output_tokens, embedding_dimensions, quality_tier, tokenizer, created
+        max_output_tokens, default_output_tokens, embedding_dimensions, quality_tier, tokenizer,
+        created
         parameters: {<parameter>: <support> | {support, accepted_values, max_value, note}}
         offerings:
           - vendor, upstream_model, priority, enabled

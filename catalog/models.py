@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
@@ -112,6 +113,11 @@ class Model(models.Model):
     tasks = models.JSONField(default=list, blank=True)
     context_window = models.PositiveIntegerField(default=0)
     max_output_tokens = models.PositiveIntegerField(default=0)
+    default_output_tokens = models.PositiveIntegerField(
+        default=0,
+        help_text="Output tokens a request that sets no max_tokens gets (sent to the vendor and "
+        "held for). 0: the vendor's own default, held at the output limit.",
+    )
     embedding_dimensions = models.PositiveIntegerField(null=True, blank=True)
     quality_tier = models.PositiveSmallIntegerField(default=5)
     tokenizer = models.CharField(
@@ -129,6 +135,17 @@ class Model(models.Model):
     def __str__(self) -> str:
         return self.model_id
 
+    def clean(self) -> None:
+        """A default output limit within the output limit (when the model has one)."""
+        super().clean()
+        if self.max_output_tokens and self.default_output_tokens > self.max_output_tokens:
+            raise ValidationError(
+                {
+                    "default_output_tokens": f"At most the output limit "
+                    f"({self.max_output_tokens} tokens)."
+                }
+            )
+
 
 #: What describes a :class:`Model` besides its ``model_id`` and ``created_at``: the fields a
 #: catalog document carries and the admin's model form edits.
@@ -140,6 +157,7 @@ MODEL_FIELDS = (
     "tasks",
     "context_window",
     "max_output_tokens",
+    "default_output_tokens",
     "embedding_dimensions",
     "quality_tier",
     "tokenizer",

@@ -134,7 +134,9 @@ class Candidate(OfferingAddress):
     response reports them). ``rules``: the model's non-default matrix cells. ``health``: when
     ``HALF_OPEN`` the caller must win :func:`catalog.health.allow_request_async` before calling.
     ``context_window`` / ``max_output_tokens``: the model's limits in tokens (0: unknown), to
-    size the output cap and the hold per candidate (:meth:`output_room`). ``tokenizer``: the
+    size the output cap and the hold per candidate (:meth:`output_room`);
+    ``default_output_tokens``: the cap a request that sets none gets (0: the vendor's own
+    default, bounded only by those limits). ``tokenizer``: the
     tiktoken encoding the model reads token ids with (``""``: its own).
     """
 
@@ -148,6 +150,7 @@ class Candidate(OfferingAddress):
     score: int
     context_window: int = 0
     max_output_tokens: int = 0
+    default_output_tokens: int = 0
     tokenizer: str = ""
 
     @property
@@ -157,8 +160,10 @@ class Candidate(OfferingAddress):
 
     def output_room(self, prompt_tokens: int, requested: int | None = None) -> int | None:
         """The most output tokens this model can give a prompt of ``prompt_tokens``: the
-        ``requested`` cap if any, else what is left of the context window, never above the
-        model's output limit; ``None`` when the catalog knows neither limit."""
+        ``requested`` cap if any, else the model's default output limit, never above its output
+        limit or what the context window leaves; ``None`` when the catalog knows none of them."""
+        if requested is None and self.default_output_tokens:
+            requested = self.default_output_tokens
         limits = []
         if self.max_output_tokens:
             limits.append(self.max_output_tokens)
@@ -410,6 +415,7 @@ def _candidate(item: _Eligible, request: RoutingRequest, score: int) -> Candidat
         score=score,
         context_window=item.model.context_window,
         max_output_tokens=item.model.max_output_tokens,
+        default_output_tokens=item.model.default_output_tokens,
         tokenizer=item.model.tokenizer,
     )
 
@@ -551,15 +557,47 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _unavailable(head: str, unusable: list[tuple[str, _Unusable]]) -> NoRoutableOffering:
-    """The 503 when ``unusable`` (``(label, why)``) is all there is: ``head`` then the reasons;
-    permanent when every reason is (or there is nothing at all)."""
+def _unavailable(
+    head: str, unusable: list[tuple[str, _Unusable]], hint: str = ""
+) -> NoRoutableOffering:
+    """The 503 when ``unusable`` (``(label, why)``) is all there is: ``head``, the reasons, then
+    ``hint`` (what the caller could send instead); permanent when every reason is (or there is
+    nothing at all)."""
     reasons = "; ".join(f"{label}: {u.reason}" for label, u in unusable[:_MAX_EXCLUDED])
     return NoRoutableOffering(
-        f"{head} ({reasons or 'no vendor offers it'}).",
+        f"{head} ({reasons or 'no vendor offers it'}).{hint}",
         code="no_routable_offering",
         permanent=all(u.permanent for _label, u in unusable),
     )
+
+
+def _servable_now(snapshot: CatalogSnapshot, capabilities: frozenset[str]) -> list[ModelView]:
+    """The models with every one of ``capabilities`` that some vendor can serve (circuits
+    aside), by id."""
+    return [
+        m
+        for m in sorted(snapshot.models.values(), key=lambda m: m.model_id)
+        if capabilities <= m.capabilities
+        and any(o.routable for o in snapshot.offerings_of(m.model_id))
+    ]
+
+
+def _instead(snapshot: CatalogSnapshot, request: RoutingRequest, *, pinned: bool) -> str:
+    """What would make a refused request routable, for the 503's message: the tasks (for a
+    ``task`` nothing serves) or the models (for a pinned model) that can serve its endpoint
+    now, or that nothing here can."""
+    base = request.capabilities - _CAPABILITY_PARAM.keys()
+    servable = _servable_now(snapshot, frozenset(base))
+    if not servable:
+        return " No model here can serve this endpoint now."
+    if request.task is not None and not pinned:
+        tasks = sorted({t for m in servable for t in m.tasks})
+        return (
+            f" Tasks that can be served now: {', '.join(tasks)}; send one of them, or no "
+            "'task', to route this request."
+        )
+    names = [m.model_id for m in servable[:_MAX_EXCLUDED]]
+    return f" Models that can serve it now: {', '.join(names)}; name one as 'model', or 'auto'."
 
 
 def _usable(
@@ -609,7 +647,11 @@ def _route_pinned(
     eligible, unusable = _usable(model, offerings, health=health, now=now, usage=usage)
     excluded = [Exclusion(label, why.reason) for label, why in unusable]
     if not eligible:
-        raise _unavailable(f"The model '{model.model_id}' cannot be served right now", unusable)
+        raise _unavailable(
+            f"The model '{model.model_id}' cannot be served right now",
+            unusable,
+            _instead(snapshot, request, pinned=True),
+        )
     eligible.sort(
         key=lambda e: (
             e.health.state is CircuitState.HALF_OPEN,
@@ -674,7 +716,7 @@ def _route_mode(
             for m in relevant
             for o in snapshot.offerings_of(m.model_id)
         ]
-        raise _unavailable(head, unusable)
+        raise _unavailable(head, unusable, _instead(snapshot, request, pinned=False))
     unmet = {m.model_id: _unmet(m, request) for m in servable}
     fitting = [m for m in servable if not unmet[m.model_id]]
     if not fitting:

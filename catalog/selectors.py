@@ -121,7 +121,7 @@ def _unroutable(offering: Offering, vendor: VendorView) -> _Unroutable | None:
         return _Unroutable(
             f"vendor {vendor.name} does not serve this model now",
             f"vendor {vendor.name} does not list {offering.upstream_model} in its /models",
-            False,
+            True,  # a verified vendor's model list changes by a deployment, not in seconds
         )
     return None
 
@@ -150,6 +150,7 @@ def _model_view(model: Model, rules: list[ParameterRule]) -> ModelView:
         tasks=frozenset(model.tasks or ()),
         context_window=model.context_window,
         max_output_tokens=model.max_output_tokens,
+        default_output_tokens=model.default_output_tokens,
         quality_tier=model.quality_tier,
         embedding_dimensions=model.embedding_dimensions,
         rules={

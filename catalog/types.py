@@ -127,6 +127,7 @@ class ModelView:
     embedding_dimensions: int | None
     rules: Mapping[str, ParamRule]
     tokenizer: str = ""
+    default_output_tokens: int = 0  # output tokens of a request without a cap (0: the vendor's)
 
     def rule(self, parameter: str) -> ParamRule:
         """The matrix cell for ``parameter`` (when the matrix has none: honoured, or the

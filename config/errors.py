@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, TypedDict, Unpack
 
+#: The client errors a retry may fix (timeout, conflict, rate limit), as the OpenAI SDKs see it.
+RETRYABLE_4XX = frozenset({408, 409, 429})
+
 
 class ErrorOptions(TypedDict, total=False):
     """What every :class:`ApiError` may be given besides its message: ``code`` (else the class's
@@ -50,8 +53,13 @@ class ApiError(Exception):
         self._headers = options.get("headers") or {}
 
     def headers(self) -> dict[str, str]:
-        """Extra response headers (``retry-after``, ``x-should-retry`` …)."""
-        return dict(self._headers)
+        """Extra response headers (``retry-after`` …), with ``x-should-retry: false`` on every
+        4xx a retry cannot fix (all but 408, 409 and 429): the OpenAI SDKs retry only those
+        and 5xx, and the header keeps any other client from trying."""
+        out = dict(self._headers)
+        if 400 <= self.status < 500 and self.status not in RETRYABLE_4XX:
+            out.setdefault("x-should-retry", "false")
+        return out
 
     def body(self) -> dict[str, Any]:
         """The OpenAI error body."""
@@ -79,10 +87,8 @@ class AuthenticationFailed(
 
 
 class InsufficientQuota(ApiError, status=402, type="insufficient_quota", code="insufficient_quota"):
-    """402: the wallet (``insufficient_quota``) or a project budget cannot pay for the call.
-
-    Carries ``x-should-retry: false`` so the OpenAI SDKs never retry it.
-    """
+    """402: the wallet (``insufficient_quota``) or a project budget cannot pay for the call
+    (``x-should-retry: false``, as every such 4xx)."""
 
     def __init__(
         self, message: str, *, available_nanos: int | None = None, **options: Unpack[ErrorOptions]
@@ -91,9 +97,6 @@ class InsufficientQuota(ApiError, status=402, type="insufficient_quota", code="i
         #: What the caller could still reserve, in nano-USD (``None`` when not known): lets the
         #: request path say which ``max_tokens`` would fit.
         self.available_nanos = available_nanos
-
-    def headers(self) -> dict[str, str]:
-        return {**super().headers(), "x-should-retry": "false"}
 
 
 class PermissionDenied(ApiError, status=403, type="permission_error", code="permission_denied"):
@@ -149,7 +152,15 @@ class ServiceUnavailable(ApiError, status=503, type="api_error", code="service_u
 
 
 class UpstreamTimeout(ApiError, status=504, type="api_error", code="vendor_timeout"):
-    """504: every candidate vendor timed out."""
+    """504: every candidate vendor timed out.
+
+    Carries ``x-should-retry: false``: the vendor request was closed (the generation stopped),
+    and the same request would take as long again, so an SDK's automatic retry would only start
+    more generations; the message says what to change instead.
+    """
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "x-should-retry": "false"}
 
 
 def invalid_type(param: str, expected: str) -> InvalidRequest:

@@ -104,5 +104,4 @@ def _refuse_if_never_passes(key: KeyContext, tokens: int) -> None:
             "pass: lower max_tokens (or max_completion_tokens), shorten the input, or raise the "
             "key's limit.",
             code="invalid_value",
-            headers={"x-should-retry": "false"},
         )

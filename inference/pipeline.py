@@ -262,7 +262,12 @@ class Call:
                 code="no_routable_offering",
             )
         if isinstance(last, VendorTimeout):
-            raise UpstreamTimeout("Every vendor that can serve this request timed out.")
+            raise UpstreamTimeout(
+                "Every vendor that can serve this request timed out after "
+                f"{settings.INFRAI_VENDOR_READ_TIMEOUT_S:g} s without an answer; the generation "
+                "was stopped. The same request would take as long again: set a lower "
+                "'max_tokens', or stream the answer ('stream': true)."
+            )
         if isinstance(last, VendorLoading):
             wait = last.retry_after_s
             raise ServiceUnavailable(

@@ -157,13 +157,30 @@ def reconcile(
     return Billed(billed, True, note, source, disputed)
 
 
-def counted(relayed: Relayed, *, note: str = "", disputed: bool = False) -> Billed:
+def counted(
+    relayed: Relayed,
+    *,
+    note: str = "",
+    disputed: bool = False,
+    running: UsageReport | None = None,
+) -> Billed:
     """Our own count of a call the vendor did not get to report on (a broken or cancelled
-    stream, one the relay cut at the output cap — ``disputed``): output never above the cap."""
+    stream, one the relay cut at the output cap — ``disputed``): output never above the cap.
+
+    ``running``: a report the vendor sent before the end (the prompt's count on a stream's
+    first chunk, as the gpu-backend and vLLM's continuous usage do): its prompt, when within the
+    band of ours (:func:`reconcile`'s rule), replaces our count — the model's own tokenizer and
+    chat template, not cl100k_base's count of the text."""
     output, source = relayed.output_tokens, UsageSource.COUNTED
     if output > relayed.output_cap:
         output, source = relayed.output_cap, UsageSource.CAPPED
-    usage = Usage(input_tokens=relayed.prompt_tokens, output_tokens=output)
+    prompt, cached = relayed.prompt_tokens, 0
+    if running is not None:
+        low, _ = _band(relayed.prompt_text_tokens)
+        _, high = _band(relayed.prompt_tokens)
+        if low <= running.usage.input_tokens <= high:
+            prompt, cached = running.usage.input_tokens, running.usage.cached_input_tokens
+    usage = Usage(input_tokens=prompt, cached_input_tokens=cached, output_tokens=output)
     return Billed(usage, True, note, source, disputed)
 
 

@@ -7,9 +7,10 @@ stream has OpenAI's shape: the same ``id``, ``created`` and ``model`` on every c
 vendor's stream ends, so its cost is final), and an empty-``choices`` chunk only when
 ``stream_options.include_usage`` asked for usage (it carries ``infrai`` too).
 
-When the caller gives no ``max_tokens`` none is sent: the model may use its whole output
-limit, and the hold is sized per candidate from the model's own output limit and context
-window, never a fixed 4096.
+When the caller gives no ``max_tokens``, a model with a default output limit in the catalog
+(``default_output_tokens``, the local models' 512) is sent that as ``max_tokens`` and held for
+it — never the whole context; for any other model none is sent and the hold is sized per
+candidate from the model's own output limit and context window, never a fixed 4096.
 """
 
 from __future__ import annotations
@@ -109,9 +110,19 @@ def relayed(
     )
 
 
+def vendor_payload(chat: ChatRequest, payload: JSON, candidate: Candidate) -> JSON:
+    """``payload`` as ``candidate`` is sent it: with its model's default output limit as
+    ``max_tokens`` when the caller set no cap and the catalog has one (the hold and the relay's
+    cut follow the same figure, :func:`output_cap`)."""
+    if chat.max_output_tokens is not None or not candidate.default_output_tokens:
+        return payload
+    return {**payload, "max_tokens": output_cap(chat, candidate)}
+
+
 def output_cap(chat: ChatRequest, candidate: Candidate | None = None) -> int:
     """The most output tokens one choice may produce: the caller's ``max_tokens``, else the
-    model's own output limit and what its context window leaves after the prompt
+    model's default output limit, else its own output limit, and never more than what its
+    context window leaves after the prompt
     (``INFRAI_DEFAULT_MAX_TOKENS`` before routing, or for a model whose limits are unknown)."""
     if candidate is not None:
         room = candidate.output_room(chat.prompt_tokens, chat.max_output_tokens)
@@ -168,7 +179,9 @@ async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
     try:
         await _hold(call, chat)
         body = await call.call_and_settle(
-            lambda adapter, target, _c: adapter.chat(target, payload),
+            lambda adapter, target, candidate: adapter.chat(
+                target, vendor_payload(chat, payload, candidate)
+            ),
             lambda answer: completion_usage(call, chat, answer),
         )
         body["id"] = _completion_id(call)
@@ -324,7 +337,7 @@ def stream_headers(call: Call, *, final: bool) -> dict[str, str]:
 
 
 async def open_upstream_stream(
-    call: Call, payload: JSON
+    call: Call, chat: ChatRequest, payload: JSON
 ) -> tuple[AsyncGenerator[JSON, None], JSON]:
     """Fail over until a vendor produces its first chunk; returns its stream and that chunk.
 
@@ -333,9 +346,9 @@ async def open_upstream_stream(
     """
 
     async def first_chunk(
-        adapter: Any, target: Any, _candidate: Any
+        adapter: Any, target: Any, candidate: Candidate
     ) -> tuple[AsyncGenerator[JSON, None], JSON]:
-        upstream = adapter.stream_chat(target, payload)
+        upstream = adapter.stream_chat(target, vendor_payload(chat, payload, candidate))
         try:
             first = await upstream.__anext__()
         except StopAsyncIteration:
@@ -369,10 +382,14 @@ class CountingMeter:
             self.prompt_text = prompt_text_tokens(self.chat)
         counts = relayed(self.call, self.chat, self.count.total(), prompt_text=self.prompt_text)
         if self.cut:
-            return counted(counts, note=OUTPUT_CAP_NOTE, disputed=True)
+            return counted(counts, note=OUTPUT_CAP_NOTE, disputed=True, running=self.vendor_usage)
         if outcome is relay.Outcome.COMPLETE or self.complete():
             return reconcile(self.vendor_usage, counts, invalid=self.usage_invalid)
-        return counted(counts, note=INVALID_USAGE_NOTE if self.usage_invalid else "")
+        return counted(
+            counts,
+            note=INVALID_USAGE_NOTE if self.usage_invalid else "",
+            running=None if self.usage_invalid else self.vendor_usage,
+        )
 
 
 class ChatMeter(CountingMeter):
@@ -516,7 +533,7 @@ async def _open_stream(
     call: Call, chat: ChatRequest, payload: JSON, cache_key: str | None
 ) -> StreamingResponse:
     """Open the upstream stream, then hand the relay to the consumer."""
-    upstream, first = await open_upstream_stream(call, payload)
+    upstream, first = await open_upstream_stream(call, chat, payload)
     call.ttft_ms = (time.perf_counter_ns() - call.request.started_ns) // 1_000_000
     meter = ChatMeter(call, chat, cache_key)
     chunks = relay.relay(call, relay.prepend(first, upstream), meter, upstream.aclose)

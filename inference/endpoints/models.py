@@ -129,6 +129,7 @@ def _details(model: ModelView) -> dict[str, Any]:
         "tasks": sorted(model.tasks),
         "context_window": model.context_window,
         "max_output_tokens": model.max_output_tokens,
+        "default_output_tokens": model.default_output_tokens or None,
         "quality_tier": model.quality_tier,
         "embedding_dimensions": model.embedding_dimensions,
     }

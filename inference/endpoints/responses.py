@@ -29,6 +29,7 @@ from inference.endpoints.chat import (
     route_and_limit,
     stream_headers,
     usage_from,
+    vendor_payload,
     worst_case,
 )
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
@@ -77,7 +78,9 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
     leader = None if key is None else response_cache.lead(key)
     try:
         body = await call.call_and_settle(
-            lambda adapter, target, _c: adapter.chat(target, payload),
+            lambda adapter, target, candidate: adapter.chat(
+                target, vendor_payload(chat, payload, candidate)
+            ),
             lambda answer: completion_usage(call, chat, answer),
         )
         if key is not None and leader is not None and not call.usage_estimated:
@@ -135,7 +138,7 @@ async def _open_stream(call: Call, parsed: ResponsesRequest, payload: JSON) -> S
     """Fail over until a vendor produces its first chunk, then hand the relay to the consumer."""
 
     async with call.closed_on_failure():
-        upstream, first = await open_upstream_stream(call, payload)
+        upstream, first = await open_upstream_stream(call, parsed.chat, payload)
     call.ttft_ms = (time.perf_counter_ns() - call.request.started_ns) // 1_000_000
     translator = StreamTranslator(
         response_id=_response_id(call), model=call.served()["model"], echo=parsed.echo

@@ -150,6 +150,7 @@ def _model_form(model: Model, **changes: object) -> dict[str, object]:
         "tasks": list(model.tasks),
         "context_window": model.context_window,
         "max_output_tokens": model.max_output_tokens,
+        "default_output_tokens": model.default_output_tokens,
         "embedding_dimensions": model.embedding_dimensions or "",
         "quality_tier": model.quality_tier,
         "tokenizer": model.tokenizer,

@@ -106,8 +106,11 @@ def test_pinned_context_window_and_output_limit(local_only):
     # The case: 4,531 prompt tokens fit an 8,192-token model when no cap is asked for.
     served = decide(local_only, model=SMOL, prompt_tokens=4531).first
     assert (served.context_window, served.max_output_tokens) == (8192, 2048)
-    assert served.output_room(4531) == 2048
-    assert served.output_room(7000) == 1192
+    # No cap asked for: the model's default output limit (512), not its whole output limit.
+    assert served.output_room(4531) == 512
+    assert served.output_room(4531, 2048) == 2048
+    assert served.output_room(7900) == 292
+    assert served.output_room(7000, 2000) == 1192
     assert served.output_room(7000, 100) == 100
     with pytest.raises(InvalidRequest) as context:
         decide(local_only, model=SMOL, prompt_tokens=7000, max_output_tokens=2000)
