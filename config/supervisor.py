@@ -6,17 +6,28 @@
    own (:func:`config.services.serving`, stopped again at the end).
 2. The GPU backend first (its model loads overlap everything after it), then one setup step
    (migrations, the demo organization and key, the probe of the local backend) with the web
-   process starting beside it, then — once the first answer can be given — a Celery worker
-   and Celery beat. Each runs the ``ExecStart`` of its systemd unit
+   process starting beside it, then — once the web process and the chat model are ready — a
+   Celery worker and Celery beat. Each runs the ``ExecStart`` of its systemd unit
    under ``deploy/systemd`` (paths made this checkout's, as ``scripts/cluster.sh`` does): the
    same command lines production runs.
 3. One line per process once it is ready (the web process's ``/readyz``, the backend's
    ``/health``, the worker's and beat's own "ready" line); every other line of theirs is
-   printed with the process's name in front.
+   printed with the process's name in front. "infrai can answer now" (``gpu_backend.readiness``)
+   waits for the worker and beat too (and the local models' loads): started after it, their
+   Django starts took the two cores from the first calls (18 s, 13 s, 7 s, 4 s before settling
+   at 0.35 s on a reused data directory), so the first call after the announcement is as fast
+   as the tenth.
 4. Ctrl-C or SIGTERM: the web process first (it drains its calls in flight for
-   ``INFRAI_DRAIN_S``), then the worker, beat and the backend, then the servers of step 1.
-   Exit 0. If any process dies meanwhile, the others are stopped the same way and the exit
-   status is 1.
+   ``INFRAI_DRAIN_S``), then the worker, beat and the backend (which ends its generations at
+   once), then the servers of step 1. Exit 0. If any process dies meanwhile, the others are
+   stopped the same way and the exit status is 1.
+
+Ctrl-C in a terminal signals the whole foreground process group, and ``make`` in it would die
+of the SIGINT however cleanly its recipe ends (``make: *** [run] Interrupt``, status 130). So,
+started from a terminal's foreground, the supervisor takes the terminal for a process group of
+its own, as a shell's job control does (:func:`terminal_foreground`): Ctrl-C reaches it alone,
+and ``make run`` exits with its status. Its children run in sessions of their own and never see
+the terminal's signals.
 
 honcho (a Procfile runner) was not used: it stops every process at once (no draining web
 process first) and knows no readiness.
@@ -33,7 +44,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +69,9 @@ except Exception:
     pass  # the backend is not up yet: the periodic probe marks it later
 """
 STOP_GRACE_S = 30.0
+# What gpu_backend.readiness prints once the gateway and the chat model are up (before it
+# announces that infrai can answer, which waits for the workers too).
+CHAT_READY_LINE = "infrai: chat model ready"
 # The longest Celery's start waits for the first answer to be possible (the chat model's load).
 FIRST_ANSWER_WAIT_S = 60.0
 
@@ -213,6 +227,8 @@ async def supervise(port: int, gpu_port: int, env: dict[str, str], since: float)
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, sup.stopping.set)
     data_dir = Path(env["INFRAI_DATA_DIR"])
+    started = data_dir / "started"  # written once every process is up (see the docstring)
+    started.unlink(missing_ok=True)
     base = f"http://127.0.0.1:{port}"
     own = contextlib.ExitStack()
     try:
@@ -248,23 +264,27 @@ async def supervise(port: int, gpu_port: int, env: dict[str, str], since: float)
                 env["INFRAI_PUBLIC_BASE_URL"],
                 "--since",
                 str(time.time() - (time.monotonic() - since)),
+                "--wait-for",
+                str(started),
             ]
             answers = await sup.start(
-                Process("ready", readiness, essential=False, ready_line="can answer now")
+                Process("ready", readiness, essential=False, ready_line=CHAT_READY_LINE)
             )
             sup.emit(f"infrai: serving on {base} (Ctrl-C stops)")
-            # Celery and the other vendors' probe once the first answer can be given: three
-            # more Django starts before it would compete for the cores with the web process and
-            # the chat model's load.
+            # Celery and the other vendors' probe once the web process and the chat model are
+            # up: three more Django starts before would compete for the cores with them.
             await sup.until(web.is_ready, timeout_s=None)
             await sup.until(answers.is_ready, timeout_s=FIRST_ANSWER_WAIT_S)
         if not sup.stopping.is_set():
             worker = unit_command("infrai-worker.service", data_dir=data_dir)
-            await sup.start(Process("worker", worker, ready_line="worker ready"))
+            celery = [await sup.start(Process("worker", worker, ready_line="worker ready"))]
             beat = unit_command("infrai-beat.service", data_dir=data_dir)
-            await sup.start(Process("beat", beat, ready_line="beat ready"))
+            celery.append(await sup.start(Process("beat", beat, ready_line="beat ready")))
             probe = [PY, "manage.py", "catalog", "probe", "--wait", "300"]
             await sup.start(Process("probe", probe, essential=False))
+            for process in celery:
+                await sup.until(process.is_ready, timeout_s=FIRST_ANSWER_WAIT_S)
+            started.touch()  # the announcement may come now
         await sup.stopping.wait()
     finally:
         sup.say(f"stopping ({sup.failed})" if sup.failed else "stopping")
@@ -272,6 +292,43 @@ async def supervise(port: int, gpu_port: int, env: dict[str, str], since: float)
         await asyncio.to_thread(own.close)  # infrai's own servers last
     sup.say("stopped")
     return 1 if sup.failed else 0
+
+
+@contextlib.contextmanager
+def terminal_foreground() -> Iterator[None]:
+    """While inside, this process leads the controlling terminal's foreground process group
+    (Ctrl-C is sent to it alone, not to a ``make`` that started it); the previous foreground
+    group gets the terminal back on exit. Does nothing without a terminal, or when this
+    process is not in the foreground (started in the background, under a pipe's reader)."""
+    try:
+        tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        yield
+        return
+    try:
+        previous = os.tcgetpgrp(tty)
+        if previous != os.getpgrp() or os.getpid() == os.getsid(0):
+            yield
+            return
+        os.setpgid(0, 0)
+        _hand_terminal(tty, os.getpgrp())
+        try:
+            yield
+        finally:
+            _hand_terminal(tty, previous)
+    finally:
+        os.close(tty)
+
+
+def _hand_terminal(tty: int, group: int) -> None:
+    """Make ``group`` the foreground of ``tty`` (a background group asking gets SIGTTOU,
+    which is ignored for the call)."""
+    handler = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        with contextlib.suppress(OSError):  # the group or the terminal is gone
+            os.tcsetpgrp(tty, group)
+    finally:
+        signal.signal(signal.SIGTTOU, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     env.setdefault("INFRAI_GPU_BACKEND_URL", f"http://127.0.0.1:{args.gpu_port}/v1")
     env.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
     env.setdefault("PYTHONUNBUFFERED", "1")
-    return asyncio.run(supervise(args.port, args.gpu_port, env, since))
+    with terminal_foreground():
+        return asyncio.run(supervise(args.port, args.gpu_port, env, since))
 
 
 if __name__ == "__main__":

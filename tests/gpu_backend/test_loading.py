@@ -18,7 +18,7 @@ import pytest
 from gpu_backend import CHAT_MODEL_ID, EMBEDDING_MODEL_ID
 from gpu_backend.backend import LOAD_TIMES_FILE, Backend
 from gpu_backend.config import BackendConfig
-from gpu_backend.readiness import Watcher
+from gpu_backend.readiness import MODELS_WAIT_S, Watcher
 from tests.gpu import gated_backend
 
 CHAT = {"model": CHAT_MODEL_ID, "messages": [{"role": "user", "content": "Say hi"}]}
@@ -127,16 +127,35 @@ def test_readiness_lines_say_when_the_platform_can_answer() -> None:
     assert lines == ["infrai: not answering yet (+11 s): gpu-backend starting; gateway starting"]
     assert watcher.feed(health("ready", "loading"), gateway_up=False, now=112.0) is None
     assert not any("can answer" in line for line in lines)  # the gateway is not up yet
-    assert watcher.feed(health("ready", "loading"), gateway_up=True, now=113.0) is None
+    # The chat model and the gateway are up, the platform's workers not yet: said, not announced.
+    assert watcher.feed(health("ready", "loading"), True, now=113.0, started=False) is None
+    assert lines[-1] == "infrai: chat model ready (+13 s)"
+    assert not any("can answer" in line for line in lines)
+    # The workers are up; the announcement waits for the other model's load too (it would take
+    # the cores from the first calls) ...
+    assert watcher.feed(health("ready", "loading"), gateway_up=True, now=114.0) is None
+    assert not any("can answer" in line for line in lines)
+    assert watcher.feed(health("ready", "ready"), gateway_up=True, now=116.0) is True
     assert lines[-3:] == [
-        "infrai can answer now (+13 s): http://127.0.0.1:8000/v1",
-        "infrai: ready: SmolLM2-135M-Instruct (chat)",
-        "infrai: still loading (calls to them wait): piper-en-us-joe (speech) ~5 s",
+        "infrai can answer now (+16 s): http://127.0.0.1:8000/v1",
+        "infrai: ready: SmolLM2-135M-Instruct (chat), piper-en-us-joe (speech)",
+        "infrai: all local models ready (+16 s)",
     ]
-    assert watcher.feed(health("ready", "ready"), gateway_up=True, now=118.0) is True
-    assert lines[-2:] == [
-        "infrai: piper-en-us-joe (speech) ready (+18 s)",
-        "infrai: all local models ready (+18 s)",
+
+
+def test_readiness_announces_without_a_model_that_loads_too_long() -> None:
+    lines: list[str] = []
+    watcher = Watcher(public_url="u", since=0.0, emit=lines.append)
+    models = {
+        CHAT_MODEL_ID: {"kind": "chat", "state": "ready"},
+        "piper-en-us-joe": {"kind": "speech", "state": "loading", "eta_s": 90.0},
+    }
+    assert watcher.feed({"models": models}, gateway_up=True, now=5.0) is None
+    assert watcher.feed({"models": models}, gateway_up=True, now=5.0 + MODELS_WAIT_S) is None
+    assert lines[-3:] == [
+        f"infrai can answer now (+{5 + MODELS_WAIT_S:.0f} s): u",
+        "infrai: ready: SmolLM2-135M-Instruct (chat)",
+        "infrai: still loading (calls to them wait): piper-en-us-joe (speech) ~90 s",
     ]
 
 
