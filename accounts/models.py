@@ -10,7 +10,16 @@ from django.utils import timezone
 
 from accounts.roles import Role
 
-__all__ = ["ApiKey", "Invitation", "Membership", "Organization", "Project", "Role", "User"]
+__all__ = [
+    "ApiKey",
+    "AuditEvent",
+    "Invitation",
+    "Membership",
+    "Organization",
+    "Project",
+    "Role",
+    "User",
+]
 
 
 class UserManager(BaseUserManager["User"]):
@@ -181,3 +190,7 @@ class Invitation(models.Model):
             and self.revoked_at is None
             and self.expires_at > timezone.now()
         )
+
+
+# The audit log's model lives in its own module (registered with this app when imported here).
+from accounts.audit import AuditEvent  # noqa: E402

@@ -51,10 +51,15 @@ class NotAllowed(PermissionError):
 @dataclass(frozen=True, slots=True)
 class Actor:
     """Who is acting: the person (for a management call, the admin key's creator) and the role
-    they act with (for an admin key, its effective role, which may be below the person's)."""
+    they act with (for an admin key, its effective role, which may be below the person's);
+    for the audit log (:mod:`accounts.audit`) also the way in (``via``: ``dashboard``, ``api``,
+    ``admin``) and, over the API, the admin key's display form (``credential``; never its
+    value)."""
 
     user: User | None
     role: Role
+    via: str = "dashboard"
+    credential: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +78,48 @@ MEMBER_KEY_CEILING = KeyLimits(
     tokens_per_minute=1_000_000,
     monthly_budget_nanos=10 * NANOS_PER_USD,
 )
+
+#: The bounds every key's limits stay within, whoever sets them (:func:`key_limits_validate`).
+KEY_RPM_MAX = 1_000_000
+KEY_TPM_MAX = 2_000_000_000
+KEY_BUDGET_MAX_NANOS = 1_000_000 * NANOS_PER_USD
+
+
+class InvalidKeyLimit(ValueError):
+    """A limit outside what a key may have; ``param`` is the request/form field at fault."""
+
+    def __init__(self, message: str, *, param: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+def key_limits_validate(
+    *,
+    requests_per_minute: int | None = None,
+    tokens_per_minute: int | None = None,
+    monthly_budget_nanos: int | None = None,
+) -> None:
+    """Raise :class:`InvalidKeyLimit` for the first limit out of bounds (``None``: not given,
+    or no budget). The one check of a key's limits: the management API's ``ApiKeyWrite`` and
+    the dashboard's key form both call it, so both refuse the same values with the same text;
+    who may *raise* a limit is :func:`key_limits_check`."""
+    if requests_per_minute is not None and not 1 <= requests_per_minute <= KEY_RPM_MAX:
+        raise InvalidKeyLimit(
+            f"Must be a whole number from 1 to {KEY_RPM_MAX} requests a minute.",
+            param="requests_per_minute",
+        )
+    if tokens_per_minute is not None and not 1 <= tokens_per_minute <= KEY_TPM_MAX:
+        raise InvalidKeyLimit(
+            f"Must be a whole number from 1 to {KEY_TPM_MAX} tokens a minute.",
+            param="tokens_per_minute",
+        )
+    if monthly_budget_nanos is not None and not 0 <= monthly_budget_nanos <= KEY_BUDGET_MAX_NANOS:
+        raise InvalidKeyLimit(
+            f"Must be from 0 to {nanos_to_usd_str(KEY_BUDGET_MAX_NANOS)} USD (empty: no budget).",
+            param="monthly_budget_usd",
+        )
+
 
 #: The API field that carries each limit (``param`` of a refusal).
 _PARAM = {

@@ -144,3 +144,16 @@ def invitation_get_by_token_hash(*, token_hash: str) -> Invitation | None:
 def user_get(*, user_id: int) -> User | None:
     """The user with ``user_id`` or None."""
     return User.objects.filter(pk=user_id).first()
+
+
+def member_emails(*, organization_id: int, roles: frozenset[Role]) -> list[str]:
+    """The addresses to notify in an organization: active members with a verified address
+    holding one of ``roles``, sorted (what billing's e-mails go to)."""
+    return sorted(
+        Membership.objects.filter(
+            organization_id=organization_id,
+            role__in=[r.value for r in roles],
+            user__is_active=True,
+            user__email_verified=True,
+        ).values_list("user__email", flat=True)
+    )

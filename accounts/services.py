@@ -15,6 +15,13 @@ from django.utils.module_loading import import_string
 from django.utils.text import slugify
 
 from accounts import keys
+from accounts.audit import (
+    AuditAction,
+    audit_record,
+    diff,
+    key_snapshot,
+    key_target,
+)
 from accounts.models import (
     ApiKey,
     Invitation,
@@ -70,12 +77,25 @@ def membership_set(*, organization: Organization, user: User, role: Role | str) 
 
 
 def project_create(
-    *, organization: Organization, name: str, monthly_budget_nanos: int | None = None
+    *,
+    organization: Organization,
+    name: str,
+    monthly_budget_nanos: int | None = None,
+    actor: Actor | None = None,
 ) -> Project:
-    """Create a project in ``organization``."""
-    return Project.objects.create(
-        organization=organization, name=name, monthly_budget_nanos=monthly_budget_nanos
-    )
+    """Create a project in ``organization`` (audited: ``project.create``)."""
+    with transaction.atomic():
+        project = Project.objects.create(
+            organization=organization, name=name, monthly_budget_nanos=monthly_budget_nanos
+        )
+        audit_record(
+            organization_id=organization.pk,
+            action=AuditAction.PROJECT_CREATE,
+            actor=actor,
+            target=f"project {name}",
+            changes={"name": name, "monthly_budget_nanos": monthly_budget_nanos},
+        )
+    return project
 
 
 def api_key_create(
@@ -87,12 +107,16 @@ def api_key_create(
     requests_per_minute: int | None = None,
     tokens_per_minute: int | None = None,
     monthly_budget_nanos: int | None = None,
+    actor: Actor | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a key for ``project``; returns the row and the full key (show it once).
 
     Rate limits left ``None`` take the model's defaults; ``monthly_budget_nanos`` ``None`` is
-    no budget of its own (the project's and the wallet's limits still apply).
+    no budget of its own (the project's and the wallet's limits still apply). Audited
+    (``key.create``, by ``actor``, else by ``created_by`` in the dashboard, else the system).
     """
+    if actor is None and created_by is not None:
+        actor = Actor(user=created_by, role=Role.MEMBER)
     raw = keys.generate()
     limits = {
         field: value
@@ -102,40 +126,67 @@ def api_key_create(
         )
         if value is not None
     }
-    api_key = ApiKey.objects.create(
-        organization_id=project.organization_id,
-        project=project,
-        name=name,
-        prefix=raw[:8],
-        last_four=raw[-4:],
-        key_hash=keys.hash_key(raw),
-        expires_at=expires_at,
-        created_by=created_by,
-        monthly_budget_nanos=monthly_budget_nanos,
-        **limits,
-    )
+    with transaction.atomic():
+        api_key = ApiKey.objects.create(
+            organization_id=project.organization_id,
+            project=project,
+            name=name,
+            prefix=raw[:8],
+            last_four=raw[-4:],
+            key_hash=keys.hash_key(raw),
+            expires_at=expires_at,
+            created_by=created_by,
+            monthly_budget_nanos=monthly_budget_nanos,
+            **limits,
+        )
+        audit_record(
+            organization_id=project.organization_id,
+            action=AuditAction.KEY_CREATE,
+            actor=actor,
+            target=key_target(api_key),
+            changes={"project": project.name, **key_snapshot(api_key)},
+        )
     return api_key, raw
 
 
-def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
-    """Revoke a key. Effective at once in every process: the cached lookup is deleted."""
-    if api_key.revoked_at is None:
-        api_key.revoked_at = timezone.now()
-        api_key.save(update_fields=["revoked_at"])
+def api_key_revoke(*, api_key: ApiKey, actor: Actor | None = None) -> ApiKey:
+    """Revoke a key. Effective at once in every process: the cached lookup is deleted.
+    Audited (``key.revoke``) when it was not revoked yet."""
+    with transaction.atomic():
+        if api_key.revoked_at is None:
+            api_key.revoked_at = timezone.now()
+            api_key.save(update_fields=["revoked_at"])
+            audit_record(
+                organization_id=api_key.organization_id,
+                action=AuditAction.KEY_REVOKE,
+                actor=actor,
+                target=key_target(api_key),
+            )
     api_key_cache_forget(key_hash=api_key.key_hash)
     return api_key
 
 
-def api_key_roll(*, api_key: ApiKey, expires_at: datetime | None = None) -> tuple[ApiKey, str]:
+def api_key_roll(
+    *, api_key: ApiKey, expires_at: datetime | None = None, actor: Actor | None = None
+) -> tuple[ApiKey, str]:
     """Give ``api_key`` a new secret (same row, name, limits and usage history; a revoked key
     is reactivated); returns the row and the new full key. The old secret stops working at
-    once in every process (its cached lookup is deleted)."""
-    old_hash = api_key.key_hash
+    once in every process (its cached lookup is deleted). Audited (``key.roll``: the old and
+    new display forms, no secret)."""
+    old_hash, old_display = api_key.key_hash, api_key.display
     raw = keys.generate()
     api_key.prefix, api_key.last_four, api_key.key_hash = raw[:8], raw[-4:], keys.hash_key(raw)
     api_key.expires_at = expires_at
     api_key.revoked_at = None
-    api_key.save(update_fields=["prefix", "last_four", "key_hash", "expires_at", "revoked_at"])
+    with transaction.atomic():
+        api_key.save(update_fields=["prefix", "last_four", "key_hash", "expires_at", "revoked_at"])
+        audit_record(
+            organization_id=api_key.organization_id,
+            action=AuditAction.KEY_ROLL,
+            actor=actor,
+            target=key_target(api_key),
+            changes={"key": [old_display, api_key.display], "expires_at": expires_at},
+        )
     api_key_cache_forget(key_hash=old_hash)
     return api_key, raw
 
@@ -190,55 +241,110 @@ def _owner_count(*, organization: Organization) -> int:
     return Membership.objects.filter(organization=organization, role=Role.OWNER).count()
 
 
-def membership_change_role(*, membership: Membership, role: Role | str) -> Membership:
-    """Change a member's role; raises :class:`LastOwnerError` when it demotes the last owner."""
+def membership_change_role(
+    *, membership: Membership, role: Role | str, actor: Actor | None = None
+) -> Membership:
+    """Change a member's role; raises :class:`LastOwnerError` when it demotes the last owner.
+    Audited (``member.role``) when the role changes."""
     with transaction.atomic():
-        locked = Membership.objects.select_for_update().get(pk=membership.pk)
+        locked = Membership.objects.select_for_update().select_related("user").get(pk=membership.pk)
         if (
             locked.role == Role.OWNER
             and role != Role.OWNER
             and _owner_count(organization=locked.organization) <= 1
         ):
             raise LastOwnerError("An organization needs at least one owner.")
+        old = locked.role
         locked.role = role
         locked.save(update_fields=["role"])
+        if old != role:
+            audit_record(
+                organization_id=locked.organization_id,
+                action=AuditAction.MEMBER_ROLE,
+                actor=actor,
+                target=f"member {locked.user.email}",
+                changes={"role": [Role(old).value, Role(role).value]},
+            )
     return locked
 
 
-def membership_remove(*, membership: Membership) -> None:
-    """Remove a member; raises :class:`LastOwnerError` for the last owner."""
+def membership_remove(*, membership: Membership, actor: Actor | None = None) -> None:
+    """Remove a member; raises :class:`LastOwnerError` for the last owner. Audited
+    (``member.remove``)."""
     with transaction.atomic():
-        locked = Membership.objects.select_for_update().get(pk=membership.pk)
+        locked = Membership.objects.select_for_update().select_related("user").get(pk=membership.pk)
         if locked.role == Role.OWNER and _owner_count(organization=locked.organization) <= 1:
             raise LastOwnerError("An organization needs at least one owner.")
+        audit_record(
+            organization_id=locked.organization_id,
+            action=AuditAction.MEMBER_REMOVE,
+            actor=actor,
+            target=f"member {locked.user.email}",
+            changes={"role": Role(locked.role).value},
+        )
         locked.delete()
 
 
-def project_update(*, project: Project, name: str, monthly_budget_nanos: int | None) -> Project:
+def project_update(
+    *,
+    project: Project,
+    name: str,
+    monthly_budget_nanos: int | None,
+    actor: Actor | None = None,
+) -> Project:
     """Rename a project and set (or clear, with None) its monthly budget in nano-USD.
+    Audited (``project.update``) when either changes.
 
     Keys cache the budget for ``INFRAI_KEY_CACHE_TTL_S``; their cached lookups are dropped.
     """
+    before = {"name": project.name, "monthly_budget_nanos": project.monthly_budget_nanos}
     project.name = name
     project.monthly_budget_nanos = monthly_budget_nanos
-    project.save(update_fields=["name", "monthly_budget_nanos"])
+    changes = diff(before, {"name": name, "monthly_budget_nanos": monthly_budget_nanos})
+    with transaction.atomic():
+        project.save(update_fields=["name", "monthly_budget_nanos"])
+        if changes:
+            audit_record(
+                organization_id=project.organization_id,
+                action=AuditAction.PROJECT_UPDATE,
+                actor=actor,
+                target=f"project {name}",
+                changes=changes,
+            )
     _project_keys_cache_forget(project=project)
     return project
 
 
-def project_archive(*, project: Project) -> Project:
-    """Archive a project: its keys stop authenticating at once (cached lookups dropped)."""
-    if project.archived_at is None:
-        project.archived_at = timezone.now()
-        project.save(update_fields=["archived_at"])
+def project_archive(*, project: Project, actor: Actor | None = None) -> Project:
+    """Archive a project: its keys stop authenticating at once (cached lookups dropped).
+    Audited (``project.archive``)."""
+    with transaction.atomic():
+        if project.archived_at is None:
+            project.archived_at = timezone.now()
+            project.save(update_fields=["archived_at"])
+            audit_record(
+                organization_id=project.organization_id,
+                action=AuditAction.PROJECT_ARCHIVE,
+                actor=actor,
+                target=f"project {project.name}",
+            )
     _project_keys_cache_forget(project=project)
     return project
 
 
-def project_unarchive(*, project: Project) -> Project:
-    """Bring an archived project back; its unrevoked keys work again."""
-    project.archived_at = None
-    project.save(update_fields=["archived_at"])
+def project_unarchive(*, project: Project, actor: Actor | None = None) -> Project:
+    """Bring an archived project back; its unrevoked keys work again. Audited
+    (``project.restore``)."""
+    with transaction.atomic():
+        if project.archived_at is not None:
+            project.archived_at = None
+            project.save(update_fields=["archived_at"])
+            audit_record(
+                organization_id=project.organization_id,
+                action=AuditAction.PROJECT_RESTORE,
+                actor=actor,
+                target=f"project {project.name}",
+            )
     _project_keys_cache_forget(project=project)
     return project
 
@@ -267,13 +373,21 @@ def invitation_token_hash(token: str) -> str:
 
 
 def invitation_create(
-    *, organization: Organization, email: str, role: Role | str, invited_by: User | None
+    *,
+    organization: Organization,
+    email: str,
+    role: Role | str,
+    invited_by: User | None,
+    actor: Actor | None = None,
 ) -> tuple[Invitation, str]:
     """Invite ``email`` into ``organization``; returns the row and the token for the link.
 
     A pending invitation of the same address is revoked first, so one link is valid at a time.
-    Sending the e-mail is the caller's job (after commit).
+    Sending the e-mail is the caller's job (after commit). Audited (``member.invite``; by
+    ``actor``, else by ``invited_by`` in the dashboard).
     """
+    if actor is None and invited_by is not None:
+        actor = Actor(user=invited_by, role=Role.MEMBER)
     email = email.strip().lower()
     token = secrets.token_urlsafe(32)
     now = timezone.now()
@@ -289,14 +403,28 @@ def invitation_create(
             invited_by=invited_by,
             expires_at=now + INVITATION_TTL,
         )
+        audit_record(
+            organization_id=organization.pk,
+            action=AuditAction.MEMBER_INVITE,
+            actor=actor,
+            target=f"invitation {email}",
+            changes={"email": email, "role": Role(role).value},
+        )
     return invitation, token
 
 
-def invitation_revoke(*, invitation: Invitation) -> Invitation:
-    """Make an invitation's link unusable."""
-    if invitation.revoked_at is None and invitation.accepted_at is None:
-        invitation.revoked_at = timezone.now()
-        invitation.save(update_fields=["revoked_at"])
+def invitation_revoke(*, invitation: Invitation, actor: Actor | None = None) -> Invitation:
+    """Make an invitation's link unusable. Audited (``member.invite_revoke``)."""
+    with transaction.atomic():
+        if invitation.revoked_at is None and invitation.accepted_at is None:
+            invitation.revoked_at = timezone.now()
+            invitation.save(update_fields=["revoked_at"])
+            audit_record(
+                organization_id=invitation.organization_id,
+                action=AuditAction.MEMBER_INVITE_REVOKE,
+                actor=actor,
+                target=f"invitation {invitation.email}",
+            )
     return invitation
 
 
@@ -327,6 +455,13 @@ def invitation_accept(*, invitation: Invitation, user: User) -> Membership:
             )
         locked.accepted_at = timezone.now()
         locked.save(update_fields=["accepted_at"])
+        audit_record(
+            organization_id=locked.organization_id,
+            action=AuditAction.MEMBER_JOIN,
+            actor=Actor(user=user, role=Role(membership.role)),
+            target=f"member {user.email}",
+            changes={"role": Role(membership.role).value},
+        )
     return membership
 
 
@@ -390,6 +525,7 @@ def api_key_issue(
         project=project,
         name=name,
         expires_at=expires_at,
+        actor=actor,
         created_by=actor.user,
         requests_per_minute=requested.requests_per_minute,
         tokens_per_minute=requested.tokens_per_minute,
@@ -426,6 +562,7 @@ def api_key_change(
             monthly_budget_nanos=api_key.monthly_budget_nanos,
         )
         key_limits_check(actor=actor, requested=limits, bound=current)
+    before = key_snapshot(api_key)
     with transaction.atomic():
         api_key_update(api_key=api_key, name=name, expires_at=expires_at)
         if limits is not None:
@@ -435,7 +572,25 @@ def api_key_change(
                 tokens_per_minute=limits.tokens_per_minute,
                 monthly_budget_nanos=limits.monthly_budget_nanos,
             )
+        api_key_audit_change(api_key=api_key, before=before, actor=actor)
     return api_key
+
+
+def api_key_audit_change(
+    *, api_key: ApiKey, before: dict[str, object], actor: Actor | None
+) -> None:
+    """Record ``key.update`` with what changed since ``before`` (:func:`accounts.audit.
+    key_snapshot` of the key before the change; nothing when nothing changed). Call it in the
+    change's transaction (the admin's change form does, after saving)."""
+    changes = diff(before, key_snapshot(api_key))
+    if changes:
+        audit_record(
+            organization_id=api_key.organization_id,
+            action=AuditAction.KEY_UPDATE,
+            actor=actor,
+            target=key_target(api_key),
+            changes=changes,
+        )
 
 
 def api_key_revoke_as(*, actor: Actor, api_key: ApiKey) -> ApiKey:
@@ -448,4 +603,4 @@ def api_key_revoke_as(*, actor: Actor, api_key: ApiKey) -> ApiKey:
         creator_role=_creator_role(api_key=api_key),
         what="API key",
     )
-    return api_key_revoke(api_key=api_key)
+    return api_key_revoke(api_key=api_key, actor=actor)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -11,6 +12,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html
 
 from billing.models import Hold, LedgerEntry, ProjectSpend, StripeEvent, TopUp, Wallet
 from billing.services.wallet import wallet_adjust
@@ -23,6 +26,30 @@ class AdjustForm(forms.Form):
     )
     reason = forms.CharField(max_length=255, help_text="Shown in the ledger history.")
     token = forms.CharField(widget=forms.HiddenInput)
+
+
+def _in_usd(column: str, description: str) -> Callable[[Any, Any], str]:
+    """An admin column showing the nano-USD field ``column`` as exact USD ("-" when null),
+    sorted by it."""
+
+    @admin.display(description=description, ordering=column)
+    def show(self: Any, obj: Any) -> str:
+        nanos = getattr(obj, column)
+        return "-" if nanos is None else nanos_to_usd_str(nanos)
+
+    return show
+
+
+@admin.display(description="organization", ordering="wallet__organization__name")
+def _organization(self: Any, obj: Any) -> str:
+    """The wallet of ``obj`` named by its organization (a link to the wallet's page)."""
+    organization = obj.wallet.organization
+    return format_html(
+        '<a href="{}">{}</a> ({})',
+        reverse("admin:billing_wallet_change", args=[obj.wallet_id]),
+        organization.name,
+        organization.slug,
+    )
 
 
 class _ReadOnly(admin.ModelAdmin):
@@ -40,10 +67,11 @@ class _ReadOnly(admin.ModelAdmin):
 class WalletAdmin(admin.ModelAdmin):
     list_display = ("organization", "balance_usd", "held_usd", "auto_recharge_enabled")
     search_fields = ("organization__slug", "organization__name", "stripe_customer_id")
+    list_select_related = ("organization",)
     readonly_fields = (
         "organization",
-        "balance_nanos",
-        "held_nanos",
+        "balance_usd",
+        "held_usd",
         "stripe_customer_id",
         "auto_recharge_payment_method_id",
         "auto_recharge_armed",
@@ -51,12 +79,10 @@ class WalletAdmin(admin.ModelAdmin):
         "auto_recharge_last_error",
         "updated_at",
     )
+    exclude = ("balance_nanos", "held_nanos")  # shown in USD (readonly_fields)
     actions = ["adjust_balance"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     @admin.display(description="balance (USD)")
@@ -110,42 +136,107 @@ class WalletAdmin(admin.ModelAdmin):
 
 @admin.register(LedgerEntry)
 class LedgerEntryAdmin(_ReadOnly):
+    """The ledger in USD, each entry's wallet named by its organization."""
+
     list_display = (
         "created_at",
-        "wallet",
+        "organization",
         "kind",
-        "amount_nanos",
-        "balance_after_nanos",
+        "amount_usd",
+        "balance_after_usd",
         "request_id",
         "description",
     )
     list_filter = ("kind",)
+    list_select_related = ("wallet__organization",)
     search_fields = ("idempotency_key", "request_id", "external_ref", "wallet__organization__slug")
+    fields = (
+        "created_at",
+        "organization",
+        "kind",
+        "amount_usd",
+        "balance_after_usd",
+        "description",
+        "request_id",
+        "external_ref",
+        "idempotency_key",
+        "project",
+        "api_key",
+        "created_by",
+    )
+    readonly_fields = fields
+
+    organization = _organization
+    amount_usd = _in_usd("amount_nanos", "amount (USD)")
+    balance_after_usd = _in_usd("balance_after_nanos", "balance after (USD)")
 
 
 @admin.register(Hold)
 class HoldAdmin(_ReadOnly):
     list_display = (
         "request_id",
-        "wallet",
-        "amount_nanos",
-        "captured_nanos",
+        "organization",
+        "amount_usd",
+        "captured_usd",
         "status",
         "expires_at",
     )
     list_filter = ("status",)
+    list_select_related = ("wallet__organization",)
     search_fields = ("request_id",)
+    fields = (
+        "request_id",
+        "organization",
+        "amount_usd",
+        "captured_usd",
+        "delivered_usd",
+        "status",
+        "month",
+        "created_at",
+        "expires_at",
+        "closed_at",
+        "process",
+        "project",
+        "api_key",
+    )
+    readonly_fields = fields
+
+    organization = _organization
+    amount_usd = _in_usd("amount_nanos", "amount (USD)")
+    captured_usd = _in_usd("captured_nanos", "captured (USD)")
+    delivered_usd = _in_usd("delivered_nanos", "delivered (USD)")
 
 
 @admin.register(ProjectSpend)
 class ProjectSpendAdmin(_ReadOnly):
-    list_display = ("project", "month", "used_nanos", "held_nanos")
+    list_display = ("project", "month", "used_usd", "held_usd")
+    list_select_related = ("project__organization",)
+    fields = ("project", "month", "used_usd", "held_usd")
+    readonly_fields = fields
+
+    used_usd = _in_usd("used_nanos", "used (USD)")
+    held_usd = _in_usd("held_nanos", "held (USD)")
 
 
 @admin.register(TopUp)
 class TopUpAdmin(_ReadOnly):
-    list_display = ("checkout_session_id", "wallet", "amount_nanos", "status", "created_at")
+    list_display = ("checkout_session_id", "organization", "amount_usd", "status", "created_at")
     list_filter = ("status",)
+    list_select_related = ("wallet__organization",)
+    fields = (
+        "checkout_session_id",
+        "organization",
+        "amount_usd",
+        "status",
+        "payment_intent_id",
+        "created_by",
+        "created_at",
+        "paid_at",
+    )
+    readonly_fields = fields
+
+    organization = _organization
+    amount_usd = _in_usd("amount_nanos", "amount (USD)")
 
 
 @admin.register(StripeEvent)

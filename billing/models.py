@@ -10,6 +10,7 @@ from django.db import models
 from django.utils import timezone
 
 from accounts.models import ApiKey, Organization, Project
+from money.usd import nanos_to_usd_str
 
 
 class Wallet(models.Model):
@@ -39,6 +40,14 @@ class Wallet(models.Model):
         default=0, help_text="Charges tried so far; part of each charge's idempotency key."
     )
     auto_recharge_last_error = models.CharField(max_length=255, blank=True)
+    # Low-balance e-mail: sent once when a ledger entry leaves the available balance (balance -
+    # held) below ``threshold`` (0 = never). ``armed`` makes it once per crossing: cleared by
+    # the notifier that wins it (billing.services.notify), set again only by a credit that
+    # leaves the available balance at or above the threshold.
+    low_balance_threshold_nanos = models.BigIntegerField(
+        default=1_000_000_000, db_default=1_000_000_000
+    )
+    low_balance_armed = models.BooleanField(default=True, db_default=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -47,7 +56,8 @@ class Wallet(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"wallet of {self.organization_id}"
+        # Named by its organization (staff pages load it with the wallet: select_related).
+        return f"wallet of {self.organization.name}"
 
 
 class EntryKind(models.TextChoices):
@@ -61,6 +71,10 @@ class EntryKind(models.TextChoices):
     CREDIT = "credit", "Promotional credit"
     STARTER_CREDIT = "starter_credit", "Starter credit"
     HOLD_EXPIRED = "hold_expired", "Hold expired (released)"
+
+
+#: The ledger kinds that are a customer's payment (each has a receipt, ``billing.receipts``).
+PAYMENT_KINDS = frozenset({EntryKind.TOPUP, EntryKind.AUTO_RECHARGE})
 
 
 class LedgerEntry(models.Model):
@@ -110,7 +124,7 @@ class LedgerEntry(models.Model):
         verbose_name_plural = "ledger entries"
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.amount_nanos}"
+        return f"{self.kind} {nanos_to_usd_str(self.amount_nanos)} USD"
 
 
 class HoldStatus(models.TextChoices):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db.models import Count, Sum
-from django.db.models.functions import TruncDate
+from django.db.models import BigIntegerField, Case, Count, F, Sum, Value, When
+from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
@@ -196,3 +196,41 @@ def statement(*, organization_id: int, organization_name: str, month: dt.date) -
         closing_nanos=_balance_before(organization_id=organization_id, moment=end),
         lines=lines,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class LowBalanceAlert:
+    """A wallet's low-balance e-mail setting: the threshold (nano-USD, 0 = off) and whether
+    the next debit below it sends one (``armed``)."""
+
+    threshold_nanos: int
+    armed: bool
+
+
+def low_balance_alert(*, organization_id: int) -> LowBalanceAlert:
+    """The organization's low-balance alert (the default one when it has no wallet yet)."""
+    row = (
+        Wallet.objects.filter(organization_id=organization_id)
+        .values_list("low_balance_threshold_nanos", "low_balance_armed")
+        .first()
+    )
+    if row is None:
+        field = Wallet._meta.get_field("low_balance_threshold_nanos")
+        return LowBalanceAlert(int(field.default), True)
+    return LowBalanceAlert(*row)
+
+
+def key_month_spend(*, api_key_id: int, month: dt.date | None = None) -> int:
+    """What a key has spent this UTC month (nano-USD) as its budget counts it: settled holds
+    at what they charged, open ones at their amount, expired ones at what they charged."""
+    first = month or month_start(timezone.now())
+    spent = Hold.objects.filter(api_key_id=api_key_id, month=first).aggregate(
+        s=Sum(
+            Case(
+                When(status=HoldStatus.OPEN, then=F("amount_nanos")),
+                default=Coalesce(F("captured_nanos"), Value(0)),
+                output_field=BigIntegerField(),
+            )
+        )
+    )["s"]
+    return int(spent or 0)

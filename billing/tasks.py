@@ -9,7 +9,7 @@ from celery import shared_task
 from django.core.cache import cache
 
 from billing.audit import audit_findings
-from billing.services import holds, recharge
+from billing.services import holds, notify, recharge
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,24 @@ def holds_expire() -> int:
 def auto_recharge_wallet(wallet_id: int) -> str:
     """Charge one wallet's saved method if its recharge is due (at most once per crossing)."""
     return str(recharge.auto_recharge_wallet(wallet_id=wallet_id))
+
+
+@shared_task(name="billing.low_balance_notify", ignore_result=True)
+def low_balance_notify(wallet_id: int) -> bool:
+    """Send the wallet's low-balance e-mail if this task wins the crossing (one per crossing)."""
+    return notify.low_balance_notify(wallet_id=wallet_id)
+
+
+@shared_task(name="billing.recharge_failed_notify", ignore_result=True)
+def recharge_failed_notify(wallet_id: int) -> int:
+    """Tell the organization its auto-recharge was not charged."""
+    return notify.recharge_failed_notify(wallet_id=wallet_id)
+
+
+@shared_task(name="billing.receipt_send", ignore_result=True)
+def receipt_send(entry_id: int) -> int:
+    """Mail the receipt of one payment (a ledger entry)."""
+    return notify.receipt_send(entry_id=entry_id)
 
 
 @shared_task(name="billing.auto_recharge_sweep", ignore_result=True)

@@ -67,6 +67,12 @@ class ParameterRuleForm(forms.ModelForm):
     class Meta:
         model = ParameterRule
         fields = ("parameter", "support", "accepted_values", "max_value", "note")
+        # One line each: a table row of the model page, which must fit 1280 px.
+        widgets = {
+            "accepted_values": forms.TextInput(attrs={"size": 14}),
+            "max_value": forms.NumberInput(attrs={"style": "width: 8em"}),
+            "note": forms.TextInput(attrs={"size": 24}),
+        }
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -358,6 +358,21 @@ def routable_offerings(snapshot: CatalogSnapshot, model_id: str) -> tuple[Offeri
     return tuple(o for o in snapshot.offerings_of(model_id) if o.routable)
 
 
+def capability_coverage(snapshot: CatalogSnapshot, *, at: datetime) -> dict[str, frozenset[str]]:
+    """For every capability a model of ``snapshot`` lists, the ids of the models that can
+    serve it at ``at``: a routable offering (:func:`routable_offerings`) with a price in force
+    (:func:`prices_in_force`) — routing's own two rules, circuit state aside. A capability no
+    model can serve maps to an empty set (every call that needs it is refused)."""
+    coverage: dict[str, set[str]] = {}
+    for model in snapshot.models.values():
+        served = bool(prices_in_force(routable_offerings(snapshot, model.model_id), at=at))
+        for capability in model.capabilities:
+            models = coverage.setdefault(capability, set())
+            if served:
+                models.add(model.model_id)
+    return {capability: frozenset(ids) for capability, ids in coverage.items()}
+
+
 def listed_models(snapshot: CatalogSnapshot) -> list[ModelView]:
     """The models at least one routable offering serves, by id (what ``/v1/models`` lists)."""
     return [
@@ -394,8 +409,10 @@ def vendor_health_all(snapshot: CatalogSnapshot) -> dict[str, VendorHealth]:
 
 @dataclass(frozen=True, slots=True)
 class ModelPrice:
-    """A listed model and its lowest token prices in force (nano-USD per 1M tokens; ``None``
-    when no routable offering has a price in force)."""
+    """A listed model and its lowest prices in force (``None`` when no routable offering has a
+    price in force): nano-USD per 1M input / output tokens, per 1M characters of speech, per
+    second of audio, and the cheapest and dearest image (each size/quality at its lowest
+    vendor price; ``None`` for a model without image prices)."""
 
     model_id: str
     vendors: tuple[str, ...]
@@ -403,6 +420,9 @@ class ModelPrice:
     context_window: int
     input_per_mtok_nanos: int | None
     output_per_mtok_nanos: int | None
+    per_mchar_nanos: int | None = None
+    per_audio_second_nanos: int | None = None
+    per_image_range_nanos: tuple[int, int] | None = None
 
 
 def prices_in_force(offerings: tuple[OfferingView, ...], *, at: datetime) -> list[PriceSnapshot]:
@@ -429,6 +449,20 @@ def model_prices(*, at: datetime, snapshot: CatalogSnapshot | None = None) -> li
                 context_window=model.context_window,
                 input_per_mtok_nanos=min((p.input_per_mtok_nanos for p in prices), default=None),
                 output_per_mtok_nanos=min((p.output_per_mtok_nanos for p in prices), default=None),
+                per_mchar_nanos=min((p.per_mchar_nanos for p in prices), default=None),
+                per_audio_second_nanos=min(
+                    (p.per_audio_second_nanos for p in prices), default=None
+                ),
+                per_image_range_nanos=_image_price_range(prices),
             )
         )
     return out
+
+
+def _image_price_range(prices: list[PriceSnapshot]) -> tuple[int, int] | None:
+    """(cheapest, dearest) image among ``prices``, each size/quality at its lowest price."""
+    lowest: dict[str, int] = {}
+    for price in prices:
+        for key, nanos in price.per_image_nanos.items():
+            lowest[key] = min(int(nanos), lowest.get(key, int(nanos)))
+    return (min(lowest.values()), max(lowest.values())) if lowest else None

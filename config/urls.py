@@ -6,10 +6,13 @@ from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import include, path
 
 import dashboard.urls
+import dashboard.views.security
 import management.pages
 from config.observability.views import healthz, metrics_view, readyz
 
 urlpatterns = [
+    # The admin logs in through the dashboard's two-step login (a code for staff with 2FA).
+    path("admin/login/", dashboard.views.security.admin_login, name="admin_login"),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
     path("readyz", readyz),

@@ -12,6 +12,7 @@ from django.contrib.auth import password_validation
 from django.utils import timezone
 
 from accounts.models import Project, Role, User
+from accounts.policy import InvalidKeyLimit, KeyLimits, key_limits_validate
 from money.usd import usd_to_nanos
 
 MAX_BUDGET_USD = Decimal("1000000")
@@ -170,6 +171,11 @@ class ApiKeyCreateForm(_ChoosesProject):
 
 
 class ApiKeyEditForm(forms.Form):
+    """A key's name, expiry and limits. The limits are checked by
+    :func:`accounts.policy.key_limits_validate`, the management API's own check (same values
+    refused, same text); who may raise them is the service's rule (a refusal is shown on the
+    field it names)."""
+
     name = forms.CharField(label="Key name", max_length=100, required=False)
     expires_on = forms.DateField(
         label="Expires on (UTC)",
@@ -177,6 +183,52 @@ class ApiKeyEditForm(forms.Form):
         widget=forms.DateInput(attrs={"type": "date"}),
         help_text="The key stops working at the start of this day. Empty: never.",
     )
+    requests_per_minute = forms.IntegerField(
+        label="Requests per minute",
+        required=False,
+        help_text="More in a minute are refused with HTTP 429.",
+    )
+    tokens_per_minute = forms.IntegerField(
+        label="Tokens per minute",
+        required=False,
+        help_text="Input and output tokens; more in a minute are refused with HTTP 429.",
+    )
+    monthly_budget_usd = forms.DecimalField(
+        label="Monthly budget (USD)",
+        required=False,
+        max_digits=21,
+        decimal_places=9,
+        help_text="What this key may spend per UTC calendar month; calls past it get HTTP 402 "
+        "(key_budget_exceeded). Empty: no budget of its own.",
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        budget = data.get("monthly_budget_usd")
+        data["monthly_budget_nanos"] = None if budget is None else usd_to_nanos(budget)
+        try:
+            key_limits_validate(
+                requests_per_minute=data.get("requests_per_minute"),
+                tokens_per_minute=data.get("tokens_per_minute"),
+                monthly_budget_nanos=data["monthly_budget_nanos"],
+            )
+        except InvalidKeyLimit as error:
+            self.add_error(error.param, error.message)
+        return data
+
+    def limits(self, current: KeyLimits) -> KeyLimits:
+        """The limits to save: a rate limit left empty, or a budget field not posted at all,
+        keeps ``current``'s (an empty budget field is no budget)."""
+        data = self.cleaned_data
+        return KeyLimits(
+            requests_per_minute=data["requests_per_minute"] or current.requests_per_minute,
+            tokens_per_minute=data["tokens_per_minute"] or current.tokens_per_minute,
+            monthly_budget_nanos=data["monthly_budget_nanos"]
+            if "monthly_budget_usd" in self.data
+            else current.monthly_budget_nanos,
+        )
 
     def clean_expires_on(self) -> date | None:
         value: date | None = self.cleaned_data.get("expires_on")
@@ -240,6 +292,23 @@ class AutoRechargeForm(forms.Form):
         decimal_places=2,
     )
     amount_usd = forms.DecimalField(label="Add (USD)", min_value=Decimal("1"), decimal_places=2)
+
+
+class LowBalanceForm(forms.Form):
+    """The low-balance e-mail threshold. Its ids are ``id_low_balance_<field>``: the wallet page
+    also shows the auto-recharge form, whose ``threshold_usd`` has Django's default id."""
+
+    threshold_usd = forms.DecimalField(
+        label="E-mail when the available balance falls below (USD)",
+        min_value=Decimal("0"),
+        max_value=MAX_BUDGET_USD,
+        decimal_places=2,
+        help_text="Owners and billing members get one e-mail each time it does. 0: never.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", "id_low_balance_%s")
+        super().__init__(*args, **kwargs)
 
 
 class DateRangeForm(forms.Form):

@@ -20,6 +20,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
 from accounts.models import Membership, Organization, Role, User
+from accounts.policy import Actor
 from accounts.selectors import organization_for_member
 
 P = ParamSpec("P")
@@ -73,6 +74,11 @@ class OrgContext:
     @property
     def can_see_billing(self) -> bool:
         return self.can(SEE_BILLING)
+
+    @property
+    def actor(self) -> Actor:
+        """Who acts on this page (for the policy checks and the audit log)."""
+        return Actor(user=self.user, role=self.role)
 
 
 OrgView = Callable[Concatenate[HttpRequest, OrgContext, P], HttpResponse]

@@ -16,7 +16,8 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from accounts import keys
-from accounts.models import ApiKey, Invitation, Organization, Project, User
+from accounts.models import ApiKey, Invitation, Organization, Project, Role, User
+from accounts.policy import Actor
 from accounts.services import api_key_create, api_key_roll, organization_create, user_create
 from billing.services.starter import starter_credit_on_verified as _starter_on_verified
 
@@ -111,7 +112,11 @@ def playground_key(*, project: Project, user: User, session: SessionBase) -> tup
             created_by=user,
         )
     else:
-        api_key, raw = api_key_roll(api_key=api_key, expires_at=now + PLAYGROUND_KEY_TTL)
+        api_key, raw = api_key_roll(
+            api_key=api_key,
+            expires_at=now + PLAYGROUND_KEY_TTL,
+            actor=Actor(user=user, role=Role.MEMBER),
+        )
     session[PLAYGROUND_SESSION_KEY] = {
         **session.get(PLAYGROUND_SESSION_KEY, {}),
         str(project.pk): {"id": str(api_key.pk), "raw": raw},

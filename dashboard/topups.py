@@ -12,6 +12,7 @@ from decimal import Decimal
 from django.conf import settings
 
 from accounts.models import Organization, User
+from accounts.policy import Actor
 from billing.services import cards
 from billing.services.recharge import auto_recharge_configure
 from billing.services.topups import topup_checkout_start
@@ -60,7 +61,12 @@ def checkout_start(
 
 
 def auto_recharge_save(
-    *, organization: Organization, enabled: bool, threshold_usd: Decimal, amount_usd: Decimal
+    *,
+    organization: Organization,
+    enabled: bool,
+    threshold_usd: Decimal,
+    amount_usd: Decimal,
+    actor: Actor | None = None,
 ) -> str:
     """Save auto-recharge settings on the card already saved for the organization.
 
@@ -77,6 +83,7 @@ def auto_recharge_save(
             threshold_nanos=usd_to_nanos(threshold_usd),
             amount_nanos=usd_to_nanos(amount_usd),
             enabled=enabled,
+            actor=actor,
         )
     except ValueError as error:
         return str(error)
@@ -104,10 +111,10 @@ def card_setup_start(
     return CheckoutStart(url=url)
 
 
-def card_remove(*, organization: Organization) -> str:
+def card_remove(*, organization: Organization, actor: Actor | None = None) -> str:
     """Remove the saved card (auto-recharge goes off); a message for the user."""
     try:
-        removed = cards.card_remove(organization=organization)
+        removed = cards.card_remove(organization=organization, actor=actor)
     except StripeFailure:
         return UNAVAILABLE
     return "" if removed else "No card is saved."

@@ -6,7 +6,19 @@ from django.templatetags.static import static
 from django.urls import URLPattern, URLResolver, include, path, reverse_lazy
 from django.views.generic import RedirectView
 
-from dashboard.views import auth, keys, orgs, playground, projects, start, usage, wallet
+from dashboard.views import (
+    auth,
+    keys,
+    orgs,
+    playground,
+    projects,
+    security,
+    start,
+    status,
+    usage,
+    wallet,
+)
+from dashboard.views.audit import audit_log
 from dashboard.views.vectors import vector_collections
 
 app_name = "dashboard"
@@ -14,6 +26,7 @@ app_name = "dashboard"
 org_patterns = [
     path("", orgs.overview, name="overview"),
     path("start/", start.getting_started, name="getting_started"),
+    path("api/", start.api_reference, name="api_reference"),
     path("members/", orgs.members, name="members"),
     path("members/invite/", orgs.member_invite, name="member_invite"),
     path("members/<int:membership_id>/role/", orgs.member_role, name="member_role"),
@@ -40,6 +53,9 @@ org_patterns = [
     path("wallet/topup/", wallet.topup, name="topup"),
     path("wallet/auto-recharge/", wallet.auto_recharge, name="auto_recharge"),
     path("wallet/statement/", wallet.statement, name="statement"),
+    path("wallet/low-balance/", wallet.low_balance, name="low_balance"),
+    path("wallet/receipts/<int:entry_id>/", wallet.receipt, name="receipt"),
+    path("audit/", audit_log, name="audit_log"),
     path("wallet/card/", wallet.card, name="card"),
     path("wallet/card/replace/", wallet.card_replace, name="card_replace"),
     path("wallet/card/remove/", wallet.card_remove, name="card_remove"),
@@ -49,6 +65,7 @@ org_patterns = [
     path("usage/requests/export.csv", usage.request_log_export, name="request_log_export"),
     path("usage/requests/<str:request_id>/", usage.request_detail, name="request_detail"),
     path("playground/", playground.playground, name="playground"),
+    path("status/", status.model_status, name="model_status"),
     path("vectors/", vector_collections, name="vectors"),
 ]
 
@@ -67,7 +84,18 @@ urlpatterns: list[URLPattern | URLResolver] = [
 
 # Django's own auth views with our templates (success URLs point into this namespace).
 urlpatterns += [
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", security.TwoStepLoginView.as_view(), name="login"),
+    path("login/code/", security.login_code, name="login_code"),
+    path("account/security/", security.security, name="security"),
+    path("account/security/setup/", security.setup, name="security_setup"),
+    path("account/security/setup/start/", security.setup_start, name="security_setup_start"),
+    path("account/security/recovery-codes/", security.recovery_codes, name="security_recovery"),
+    path(
+        "account/security/recovery-codes/new/",
+        security.recovery_regenerate,
+        name="security_recovery_new",
+    ),
+    path("account/security/disable/", security.disable, name="security_disable"),
     path("logout/", auth_views.LogoutView.as_view(next_page="/"), name="logout"),
     path(
         "password-reset/",

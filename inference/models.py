@@ -7,6 +7,7 @@ can see both. It is on the request path, not deferred.
 
 from __future__ import annotations
 
+from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 from django.utils import timezone
 
@@ -84,6 +85,9 @@ class RequestLog(models.Model):
             models.Index(fields=["organization_id", "-created_at"]),
             models.Index(fields=["organization_id", "model", "-created_at"]),
             models.Index(fields=["organization_id", "project_id", "-created_at"]),
+            # Platform-wide time ranges (the model status page): a BRIN index is a few pages
+            # for a year of rows and costs an insert almost nothing (rows arrive in time order).
+            BrinIndex(fields=["created_at"], name="requestlog_created_brin"),
         ]
         # Not unique=True on the field: PostgreSQL would add a LIKE-only index beside the
         # unique one, written on every call for queries nobody makes.

@@ -36,6 +36,7 @@ from billing.services import (
     ahold_open,
     aholds_renew,
     aprocess_seen,
+    arequest_low_balance,
     arequest_recharge,
     asettle,
 )
@@ -778,7 +779,7 @@ async def _settle(
     before: tuple[str, dict[str, Any]] | None = None,
 ) -> None:
     """Settle ``row``'s hold on ``conn`` (``before``: written by the same statement) and ask for
-    an auto-recharge the settlement made due."""
+    an auto-recharge or a low-balance e-mail the settlement made due."""
     settled = await asettle(
         conn,
         request_id=row.request_id,
@@ -788,6 +789,8 @@ async def _settle(
     )
     if settled is not None and settled.recharge_wallet_id is not None:
         spawn(arequest_recharge(settled.recharge_wallet_id))
+    if settled is not None and settled.low_balance_wallet_id is not None:
+        spawn(arequest_low_balance(settled.low_balance_wallet_id))
 
 
 async def _write(conn: asyncpg.Connection, row: RequestLog, held: bool, cost: int) -> None:

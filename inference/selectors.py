@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Literal
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Aggregate, Case, Count, F, FloatField, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, TruncDate
 
 from accounts.models import ApiKey, Project
@@ -37,6 +37,7 @@ class UsageRow:
     input_tokens: int
     output_tokens: int
     cost_nanos: int
+    value: Any = None  # the dimension's own value (model name, project or key id) of the row
 
     @property
     def tokens(self) -> int:
@@ -155,8 +156,88 @@ def usage_by(
             input_tokens=r["input_tokens"],
             output_tokens=r["output_tokens"],
             cost_nanos=r["cost_nanos"],
+            value=r[field],
         )
         for r in rows
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class DaySeries:
+    """Usage per UTC day (one list entry per day of the range) of one value of a dimension, or
+    of all the values not named (``value`` None, ``label`` "Other")."""
+
+    value: Any
+    label: str
+    requests: list[int]
+    input_tokens: list[int]
+    output_tokens: list[int]
+    cost_nanos: list[int]
+
+    @property
+    def tokens(self) -> list[int]:
+        return [i + o for i, o in zip(self.input_tokens, self.output_tokens, strict=True)]
+
+
+def usage_by_day_split(
+    *,
+    organization_id: int,
+    dimension: Dimension,
+    start: date,
+    end: date,
+    named: list[tuple[Any, str]],
+) -> tuple[list[date], list[DaySeries]]:
+    """Days ``start``…``end`` (inclusive) and, per day, the usage of each ``named`` value of
+    ``dimension`` (``(value, label)``, in that order) plus an "Other" series for every other
+    value when it has any call. One ``GROUP BY day, series`` query (the values not named fold
+    into one series in SQL): at most days × (len(named) + 1) rows, whatever the data."""
+    field = _DIMENSION_FIELD[dimension]
+    lo, hi = day_bounds(start, end)
+    named = [(v, label) for v, label in named if v is not None]  # calls without one: "Other"
+    values = [v for v, _ in named]
+    rows: Any = (
+        _logs(organization_id=organization_id, start=lo, end=hi)
+        .annotate(
+            day=TruncDate("created_at", tzinfo=UTC),
+            series=Case(When(**{f"{field}__in": values}, then=F(field)), default=Value(None)),
+        )
+        .values("day", "series")
+        .annotate(**_SUMS)
+        .order_by()
+    )
+    days: list[date] = []
+    day = start
+    while day <= end:
+        days.append(day)
+        day += timedelta(days=1)
+    index = {d: i for i, d in enumerate(days)}
+    sums: dict[Any, dict[str, list[int]]] = {}
+    for r in rows:
+        series = r["series"] if r["series"] in values else None
+        bucket = sums.setdefault(series, {k: [0] * len(days) for k in _SUMS})
+        for k in bucket:
+            bucket[k][index[r["day"]]] += r[k]
+    out = [
+        DaySeries(value, label, **sums.get(value, {k: [0] * len(days) for k in _SUMS}))
+        for value, label in named
+    ]
+    if None in sums:
+        out.append(DaySeries(None, "Other", **sums[None]))
+    return days, out
+
+
+def day_totals(days: list[date], series: list[DaySeries]) -> list[UsageRow]:
+    """The per-day sums of :func:`usage_by_day_split`'s series — what :func:`usage_by_day`
+    returns for the same range, without another query (the series cover every call)."""
+    return [
+        UsageRow(
+            label=day.isoformat(),
+            requests=sum(s.requests[i] for s in series),
+            input_tokens=sum(s.input_tokens[i] for s in series),
+            output_tokens=sum(s.output_tokens[i] for s in series),
+            cost_nanos=sum(s.cost_nanos[i] for s in series),
+        )
+        for i, day in enumerate(days)
     ]
 
 
@@ -222,3 +303,82 @@ def log_filter_choices(
     models = qs.exclude(model="").values_list("model", flat=True).distinct().order_by("model")
     vendors = qs.exclude(vendor="").values_list("vendor", flat=True).distinct().order_by("vendor")
     return {"models": list(models[:200]), "vendors": list(vendors[:200])}
+
+
+# --- platform-wide call health (the dashboard's model status page) ---------------------------
+
+#: Statuses a call can fail with on the platform's or a vendor's side. Client errors (a bad
+#: request, no credit, a revoked key) and client disconnects say nothing about a model's health.
+HEALTH_STATUSES = (
+    RequestStatus.OK,
+    RequestStatus.VENDOR_ERROR,
+    RequestStatus.UNAVAILABLE,
+    RequestStatus.ABANDONED,
+)
+
+
+class _Percentile(Aggregate):
+    """PostgreSQL's ``percentile_cont(fraction) WITHIN GROUP (ORDER BY expr)``."""
+
+    function = "PERCENTILE_CONT"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+    def __init__(self, expression: str, *, fraction: float, **extra: Any) -> None:
+        super().__init__(expression, fraction=float(fraction), **extra)
+
+
+@dataclass(frozen=True, slots=True)
+class CallHealth:
+    """Calls of one model or vendor over a window: ``calls`` that count for health (see
+    :data:`HEALTH_STATUSES`), how many of them ``ok``, and the latency percentiles of the ok
+    ones in milliseconds (``None`` without any)."""
+
+    calls: int
+    ok: int
+    p50_ms: int | None
+    p95_ms: int | None
+
+
+def call_health(
+    *, by: Literal["model", "vendor"], since: datetime, until: datetime, recent_since: datetime
+) -> dict[str, tuple[CallHealth, CallHealth]]:
+    """Every organization's calls of ``[since, until)`` grouped by resolved model or by vendor:
+    ``{name: (health over the whole window, health since recent_since)}``.
+
+    **Platform-wide**: callers must not show the counts to customers (the dashboard shows
+    percentages only, above a minimum sample). One aggregate query (``GROUP BY``, percentiles
+    by PostgreSQL), served by the request log's BRIN index on ``created_at``; calls without a
+    resolved model or vendor (refused before routing) are left out, so are client errors."""
+    field = _DIMENSION_FIELD[by]
+    ok = Q(status=RequestStatus.OK)
+    recent = Q(created_at__gte=recent_since)
+    rows: Any = (
+        RequestLog.objects.filter(
+            created_at__gte=since, created_at__lt=until, status__in=HEALTH_STATUSES
+        )
+        .exclude(**{field: ""})
+        .values(field)
+        .annotate(
+            calls=Count("id"),
+            ok=Count("id", filter=ok),
+            p50=_Percentile("latency_ms", fraction=0.5, filter=ok),
+            p95=_Percentile("latency_ms", fraction=0.95, filter=ok),
+            r_calls=Count("id", filter=recent),
+            r_ok=Count("id", filter=ok & recent),
+            r_p50=_Percentile("latency_ms", fraction=0.5, filter=ok & recent),
+            r_p95=_Percentile("latency_ms", fraction=0.95, filter=ok & recent),
+        )
+        .order_by(field)
+    )
+
+    def ms(value: float | None) -> int | None:
+        return None if value is None else round(value)
+
+    return {
+        r[field]: (
+            CallHealth(r["calls"], r["ok"], ms(r["p50"]), ms(r["p95"])),
+            CallHealth(r["r_calls"], r["r_ok"], ms(r["r_p50"]), ms(r["r_p95"])),
+        )
+        for r in rows
+    }

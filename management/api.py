@@ -22,6 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.policy import Actor
 from accounts.roles import Role
 from config.errors import (
     ApiError,
@@ -136,6 +137,18 @@ class ManagementView(APIView):
         for name, value in getattr(self, "_ratelimit_headers", {}).items():
             out[name] = value
         return out
+
+
+def api_actor(view: ManagementView) -> Actor:
+    """The person behind the admin key, acting with the key's effective role, as the policy
+    checks and the audit log see them (``via="api"``, the key's display form)."""
+    key = view.ctx.admin_key
+    return Actor(
+        user=key.created_by,
+        role=view.ctx.role,
+        via="api",
+        credential=key.display,
+    )
 
 
 def parse_id(value: str, prefix: str, *, param: str | None = None) -> int:

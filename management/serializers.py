@@ -11,6 +11,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from accounts.policy import InvalidKeyLimit, key_limits_validate
 from accounts.roles import Role
 from money.usd import usd_to_nanos
 
@@ -18,8 +19,10 @@ from money.usd import usd_to_nanos
 class UsdField(serializers.DecimalField):
     """A USD amount as a string (or number) → integer nano-USD."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(max_digits=21, decimal_places=9, min_value=Decimal(0), **kwargs)
+    def __init__(self, *, signed: bool = False, **kwargs: Any) -> None:
+        """``signed``: negative amounts pass (a later check refuses them with its own text)."""
+        bound = {} if signed else {"min_value": Decimal(0)}
+        super().__init__(max_digits=21, decimal_places=9, **bound, **kwargs)
 
     def to_internal_value(self, data: Any) -> int:  # type: ignore[override]
         return usd_to_nanos(super().to_internal_value(data))
@@ -40,11 +43,21 @@ class ApiKeyWrite(serializers.Serializer[Any]):
     expires_at = serializers.IntegerField(
         required=False, allow_null=True, min_value=0, max_value=253402300799
     )
-    requests_per_minute = serializers.IntegerField(required=False, min_value=1, max_value=1_000_000)
-    tokens_per_minute = serializers.IntegerField(
-        required=False, min_value=1, max_value=2_000_000_000
-    )
-    monthly_budget_usd = UsdField(required=False, allow_null=True)
+    # Bounds: accounts.policy.key_limits_validate (the dashboard's key form calls it too).
+    requests_per_minute = serializers.IntegerField(required=False)
+    tokens_per_minute = serializers.IntegerField(required=False)
+    monthly_budget_usd = UsdField(required=False, allow_null=True, signed=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            key_limits_validate(
+                requests_per_minute=attrs.get("requests_per_minute"),
+                tokens_per_minute=attrs.get("tokens_per_minute"),
+                monthly_budget_nanos=attrs.get("monthly_budget_usd"),
+            )
+        except InvalidKeyLimit as error:
+            raise serializers.ValidationError({error.param: error.message}) from None
+        return attrs
 
 
 class RoleChange(serializers.Serializer[Any]):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from django.db import transaction
 from django.utils import timezone
 
+from accounts.audit import AuditAction, audit_record
 from accounts.policy import Actor, credential_change_check
 from accounts.roles import Role
 from accounts.selectors import membership_get, membership_get_by_user_id
@@ -30,16 +32,28 @@ def admin_key_create(
     if membership is None or not role_allows(membership.role, MANAGE_ORG):
         raise AdminKeyNotAllowed("Only owners and admins create admin keys.")
     raw = keys.generate()
-    admin_key = AdminKey.objects.create(
-        organization=organization,
-        name=name,
-        prefix=raw[: len(keys.PREFIX) + 4],
-        last_four=raw[-4:],
-        key_hash=keys.hash_key(raw),
-        role=Role(membership.role),
-        created_by=created_by,
-    )
+    with transaction.atomic():
+        admin_key = AdminKey.objects.create(
+            organization=organization,
+            name=name,
+            prefix=raw[: len(keys.PREFIX) + 4],
+            last_four=raw[-4:],
+            key_hash=keys.hash_key(raw),
+            role=Role(membership.role),
+            created_by=created_by,
+        )
+        audit_record(
+            organization_id=organization.pk,
+            action=AuditAction.ADMIN_KEY_CREATE,
+            actor=Actor(user=created_by, role=Role(membership.role)),
+            target=_target(admin_key),
+            changes={"name": name, "role": Role(membership.role).value},
+        )
     return admin_key, raw
+
+
+def _target(admin_key: AdminKey) -> str:
+    return f"{admin_key.display} ({admin_key.name})" if admin_key.name else admin_key.display
 
 
 def admin_key_revoke(*, admin_key: AdminKey, actor: Actor) -> AdminKey:
@@ -63,8 +77,15 @@ def admin_key_revoke(*, admin_key: AdminKey, actor: Actor) -> AdminKey:
         creator_role=creator.role if creator is not None else None,
         what="admin key",
     )
-    if admin_key.revoked_at is None:
-        admin_key.revoked_at = timezone.now()
-        admin_key.revoked_by = actor.user
-        admin_key.save(update_fields=["revoked_at", "revoked_by"])
+    with transaction.atomic():
+        if admin_key.revoked_at is None:
+            admin_key.revoked_at = timezone.now()
+            admin_key.revoked_by = actor.user
+            admin_key.save(update_fields=["revoked_at", "revoked_by"])
+            audit_record(
+                organization_id=admin_key.organization_id,
+                action=AuditAction.ADMIN_KEY_REVOKE,
+                actor=actor,
+                target=_target(admin_key),
+            )
     return admin_key

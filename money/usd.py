@@ -28,6 +28,16 @@ def nanos_to_usd_str(nanos: int) -> str:
     return f"{sign}{whole}.{frac_s}" if frac_s else f"{sign}{whole}"
 
 
+def nanos_to_usd_display(nanos: int) -> str:
+    """``nanos`` as people read an amount: ``"$1,234.50"``, ``"$0.50"``, ``"-$0.000123"``
+    (cents always shown, sub-cent digits kept exactly, thousands separated)."""
+    text = nanos_to_usd_str(nanos)
+    sign = "-" if text.startswith("-") else ""
+    whole, _, frac = text.lstrip("-").partition(".")
+    frac = (frac + "00")[: max(2, len(frac))]
+    return f"{sign}${int(whole):,}.{frac}"
+
+
 def cents_to_nanos(cents: int) -> int:
     """Stripe's integer cents → nano-USD."""
     return cents * NANOS_PER_CENT

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What only the tests need beyond .venv: Debian's chromium for the browser tests (Playwright's
-# own browser download does not work offline) and the official `openai` npm package for the
-# JavaScript SDK check; Debian's nginx for the production topology test (scripts/cluster.sh).
+# own browser download does not work offline), the official `openai` npm package for the
+# JavaScript SDK check and Deque's `axe-core` for the accessibility checks (tests/axe.py);
+# Debian's nginx for the production topology test (scripts/cluster.sh).
 # Idempotent and quick when everything is there. `make test` runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."

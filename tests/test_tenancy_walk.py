@@ -219,6 +219,7 @@ def other_ids(victim: Tenant, *, slug: str) -> dict[str, str]:
         "project_id": str(victim.project.pk),
         "key_id": str(victim.key.pk),
         "request_id": victim.request_id,
+        "entry_id": str(victim.ledger_entry.pk),
         # A token is a secret, not an id: the victim's invitation token is used below only to
         # prove that holding it does not let the wrong user in; the others are forged.
         "token": "forged-token",
@@ -264,6 +265,7 @@ def test_the_walk_covers_every_dashboard_and_billing_pattern() -> None:
         "project_id",
         "key_id",
         "request_id",
+        "entry_id",
         "token",
         "uidb64",
     }

@@ -3,11 +3,12 @@ charges (read only)."""
 
 from django.contrib import admin
 
+from config.admin_widgets import NamedWidgets
 from vectors.models import Collection, FileStorage, StorageCharge, VectorPrice
 
 
 @admin.register(VectorPrice)
-class VectorPriceAdmin(admin.ModelAdmin):
+class VectorPriceAdmin(NamedWidgets, admin.ModelAdmin):
     list_display = ("effective_from", "per_gb_day_nanos", "per_query_nanos", "source")
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from django.db import transaction
 
+from accounts.audit import AuditAction, audit_record
 from billing import stripe_gateway
 from billing.models import Wallet
 from billing.services.topups import customer_ensure
@@ -18,6 +19,7 @@ from billing.services.wallet import wallet_get_or_create
 
 if TYPE_CHECKING:
     from accounts.models import Organization
+    from accounts.policy import Actor
 
 
 def card_setup_start(*, organization: Organization, success_url: str, cancel_url: str) -> str:
@@ -33,8 +35,9 @@ def card_setup_start(*, organization: Organization, success_url: str, cancel_url
     return session.url
 
 
-def card_remove(*, organization: Organization) -> bool:
+def card_remove(*, organization: Organization, actor: Actor | None = None) -> bool:
     """Forget the saved card and switch auto-recharge off; returns whether there was one.
+    Audited (``wallet.card_remove``).
 
     The card is detached on Stripe first (raises ``StripeFailure``, changing nothing here).
     """
@@ -44,9 +47,17 @@ def card_remove(*, organization: Organization) -> bool:
         return False
     stripe_gateway.payment_method_detach(payment_method_id=method)
     with transaction.atomic(durable=True):
-        Wallet.objects.filter(pk=wallet.pk, auto_recharge_payment_method_id=method).update(
-            auto_recharge_payment_method_id="", auto_recharge_enabled=False
-        )
+        removed = Wallet.objects.filter(
+            pk=wallet.pk, auto_recharge_payment_method_id=method
+        ).update(auto_recharge_payment_method_id="", auto_recharge_enabled=False)
+        if removed:
+            audit_record(
+                organization_id=organization.pk,
+                action=AuditAction.CARD_REMOVE,
+                actor=actor,
+                target="saved card",
+                changes={"auto_recharge_enabled": False},
+            )
     return True
 
 

@@ -62,7 +62,14 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from billing.models import Hold, HoldStatus, LedgerEntry, Process, ProjectSpend, Wallet
-from billing.services.ledger import auto_recharge_enqueue, auto_recharge_on_commit
+from billing.services.ledger import (
+    LOW_BALANCE_DUE,
+    LOW_BALANCE_TASK,
+    auto_recharge_enqueue,
+    auto_recharge_on_commit,
+    low_balance_on_commit,
+    task_enqueue,
+)
 from config import adb, live
 from config.errors import InsufficientQuota
 from money.usd import nanos_to_usd_str
@@ -377,7 +384,8 @@ WITH {adb.DEFER_FLUSH}, {first}prev AS MATERIALIZED (
        SET balance_nanos = wl.balance_nanos - c.charged, held_nanos = wl.held_nanos - c.released,
            auto_recharge_armed = {_REARMED.format("-c.charged")}, updated_at = %(now)s::timestamptz
       FROM c WHERE wl.id = c.wallet_id
-    RETURNING wl.id, wl.balance_nanos, {_RECHARGE_DUE}
+    RETURNING wl.id, wl.balance_nanos, {_RECHARGE_DUE},
+              {LOW_BALANCE_DUE.format(delta="-c.charged", wl="wl")}
 ), s AS (
     UPDATE {SPEND} AS sp
        SET held_nanos = sp.held_nanos - c.released, used_nanos = sp.used_nanos + c.charged
@@ -394,7 +402,7 @@ WITH {adb.DEFER_FLUSH}, {first}prev AS MATERIALIZED (
       FROM c, w
      WHERE c.charged > 0 OR c.owed > c.charged  -- a late one that collected nothing: 0 entry
 )
-SELECT c.charged, w.id, w.recharge_due FROM c, w, {adb.DEFER_FLUSH_NAME}
+SELECT c.charged, w.id, w.recharge_due, w.low_balance_due FROM c, w, {adb.DEFER_FLUSH_NAME}
 """
 
 
@@ -404,11 +412,13 @@ _SETTLED = f"SELECT captured_nanos FROM {HOLD} WHERE request_id = %(rid)s::varch
 
 @dataclass(frozen=True, slots=True)
 class Settled:
-    """What :func:`asettle` did: the nano-USD charged, and the wallet whose auto-recharge
-    became due (``None`` when none did)."""
+    """What :func:`asettle` did: the nano-USD charged, the wallet whose auto-recharge became
+    due (``None`` when none did) and the wallet whose low-balance alert became due (pass it to
+    :func:`arequest_low_balance`; ``None`` when none did)."""
 
     charged: int
     recharge_wallet_id: int | None
+    low_balance_wallet_id: int | None = None
 
 
 def _settle_params(
@@ -427,7 +437,10 @@ def _settle_params(
 
 
 def _settled(row: Any) -> Settled | None:
-    return None if row is None else Settled(int(row[0]), int(row[1]) if row[2] else None)
+    if row is None:
+        return None
+    wallet_id = int(row[1])
+    return Settled(int(row[0]), wallet_id if row[2] else None, wallet_id if row[3] else None)
 
 
 def _charged_before(request_id: str, row: Any) -> int:
@@ -464,6 +477,8 @@ def hold_settle(*, request_id: str, actual_nanos: int, description: str = "") ->
         return _charged_before(request_id, _fetchrow(_SETTLED, params))
     if settled.recharge_wallet_id is not None:
         auto_recharge_on_commit(wallet_id=settled.recharge_wallet_id)
+    if settled.low_balance_wallet_id is not None:
+        low_balance_on_commit(wallet_id=settled.low_balance_wallet_id)
     return settled.charged
 
 
@@ -515,6 +530,8 @@ async def ahold_settle(*, request_id: str, actual_nanos: int, description: str =
             return _charged_before(request_id, row)
     if settled.recharge_wallet_id is not None:
         await arequest_recharge(settled.recharge_wallet_id)
+    if settled.low_balance_wallet_id is not None:
+        await arequest_low_balance(settled.low_balance_wallet_id)
     return settled.charged
 
 
@@ -522,6 +539,13 @@ async def arequest_recharge(wallet_id: int) -> None:
     """Ask the worker to consider an auto-recharge of ``wallet_id`` (after the settlement that
     made it due has committed; the worker re-checks the wallet under its lock)."""
     await sync_to_async(auto_recharge_enqueue, thread_sensitive=False)(wallet_id)
+
+
+async def arequest_low_balance(wallet_id: int) -> None:
+    """Ask the worker for ``wallet_id``'s low-balance e-mail (after the settlement that made it
+    due has committed; the worker sends it only if it wins the crossing,
+    :func:`billing.services.notify.low_balance_claim`)."""
+    await sync_to_async(task_enqueue, thread_sensitive=False)(LOW_BALANCE_TASK, wallet_id)
 
 
 # --- renewal ----------------------------------------------------------------------------------
@@ -630,7 +654,8 @@ WITH h AS (
            held_nanos = wl.held_nanos - h.amount_nanos,
            auto_recharge_armed = {_REARMED.format("-h.charged")}, updated_at = %(now)s::timestamptz
       FROM h WHERE wl.id = h.wallet_id
-    RETURNING wl.id, wl.organization_id, wl.balance_nanos, {_RECHARGE_DUE}
+    RETURNING wl.id, wl.organization_id, wl.balance_nanos, {_RECHARGE_DUE},
+              {LOW_BALANCE_DUE.format(delta="-h.charged", wl="wl")}
 ), s AS (
     UPDATE {SPEND} AS sp
        SET held_nanos = sp.held_nanos - h.amount_nanos, used_nanos = sp.used_nanos + h.charged
@@ -648,7 +673,7 @@ WITH h AS (
            %(now)s::timestamptz
       FROM h, w
 )
-SELECT w.id, w.organization_id, w.recharge_due FROM h, w
+SELECT w.id, w.organization_id, w.recharge_due, w.low_balance_due FROM h, w
 """
 
 
@@ -661,9 +686,11 @@ def hold_expire(*, hold_id: int) -> bool:
     row = _fetchrow(_EXPIRE, {"id": hold_id, "now": timezone.now()})
     if row is None:
         return False
-    wallet_id, organization_id, recharge_due = row
+    wallet_id, organization_id, recharge_due, low_balance_due = row
     if recharge_due:
         auto_recharge_on_commit(wallet_id=wallet_id)
+    if low_balance_due:
+        low_balance_on_commit(wallet_id=wallet_id)
     live.announce_wallet_change_on_commit(organization_id)
     return True
 

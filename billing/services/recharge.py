@@ -6,7 +6,8 @@ of the wallet and its attempt number. Every later balance change at or above the
 re-arms it (see ``billing.services.ledger.wallet_apply``). A decline or a Stripe failure leaves
 the wallet disarmed with the error recorded — never a second charge for the same crossing; a
 charge Stripe made although our call failed is still credited by the ``payment_intent.succeeded``
-webhook (same ledger key).
+webhook (same ledger key). A decline or failure is mailed to the organization's owners and
+billing members (``billing.recharge_failed_notify``, queued after the wallet records it).
 """
 
 from __future__ import annotations
@@ -18,16 +19,21 @@ from typing import TYPE_CHECKING
 from django.db import transaction
 from django.db.models import F
 
+from accounts.audit import AuditAction, audit_record, diff
 from billing import stripe_gateway
 from billing.models import EntryKind, Wallet
-from billing.services.ledger import post_entry
+from billing.services.ledger import post_entry, task_enqueue
 from billing.services.topups import customer_ensure, topup_amount_validate
 from money.usd import nanos_to_usd_str
 
 if TYPE_CHECKING:
     from accounts.models import Organization
+    from accounts.policy import Actor
 
 log = logging.getLogger(__name__)
+
+#: The Celery task that mails a failed charge's reason to the organization (``billing.tasks``).
+RECHARGE_FAILED_TASK = "billing.recharge_failed_notify"
 
 
 class RechargeOutcome(enum.StrEnum):
@@ -44,8 +50,10 @@ def auto_recharge_configure(
     threshold_nanos: int,
     amount_nanos: int,
     enabled: bool = True,
+    actor: Actor | None = None,
 ) -> Wallet:
-    """Save a payment method on the organization's Stripe customer and the recharge settings.
+    """Save a payment method on the organization's Stripe customer and the recharge settings
+    (audited: ``wallet.auto_recharge``, what changed, never the card).
 
     Raises ValueError for an amount outside the top-up bounds or a negative threshold,
     ``StripeFailure`` when Stripe refuses the method.
@@ -57,14 +65,32 @@ def auto_recharge_configure(
     attached = stripe_gateway.payment_method_attach(
         customer_id=customer_id, payment_method_id=payment_method_id
     )
-    Wallet.objects.filter(organization=organization).update(
-        auto_recharge_enabled=enabled,
-        auto_recharge_payment_method_id=attached,
-        auto_recharge_threshold_nanos=threshold_nanos,
-        auto_recharge_amount_nanos=amount_nanos,
-        auto_recharge_armed=True,
-        auto_recharge_last_error="",
-    )
+    with transaction.atomic():
+        before = Wallet.objects.select_for_update().get(organization=organization)
+        Wallet.objects.filter(pk=before.pk).update(
+            auto_recharge_enabled=enabled,
+            auto_recharge_payment_method_id=attached,
+            auto_recharge_threshold_nanos=threshold_nanos,
+            auto_recharge_amount_nanos=amount_nanos,
+            auto_recharge_armed=True,
+            auto_recharge_last_error="",
+        )
+        changes = diff(
+            {
+                "enabled": before.auto_recharge_enabled,
+                "threshold_nanos": before.auto_recharge_threshold_nanos,
+                "amount_nanos": before.auto_recharge_amount_nanos,
+            },
+            {"enabled": enabled, "threshold_nanos": threshold_nanos, "amount_nanos": amount_nanos},
+        )
+        if changes or before.auto_recharge_payment_method_id != attached:
+            audit_record(
+                organization_id=organization.pk,
+                action=AuditAction.AUTO_RECHARGE,
+                actor=actor,
+                target="auto-recharge",
+                changes=changes,
+            )
     return Wallet.objects.get(organization=organization)
 
 
@@ -110,10 +136,12 @@ def auto_recharge_wallet(*, wallet_id: int) -> RechargeOutcome:
     except stripe_gateway.StripeFailure as exc:
         log.warning("auto-recharge of wallet %s failed: %s", wallet.pk, exc)
         Wallet.objects.filter(pk=wallet.pk).update(auto_recharge_last_error=str(exc)[:255])
+        task_enqueue(RECHARGE_FAILED_TASK, wallet.pk)
         return RechargeOutcome.FAILED
     if not charge.succeeded:
         message = f"{charge.error_code}: {charge.error_message}"[:255]
         Wallet.objects.filter(pk=wallet.pk).update(auto_recharge_last_error=message)
+        task_enqueue(RECHARGE_FAILED_TASK, wallet.pk)
         return RechargeOutcome.DECLINED
     with transaction.atomic(durable=True):
         post_entry(

@@ -29,7 +29,7 @@ from accounts.selectors import organizations_owned_by, user_has_role
 from billing.models import EntryKind, LedgerEntry, Wallet
 from billing.services.ledger import post_entry
 from billing.services.wallet import wallet_get_or_create
-from money.usd import nanos_to_usd_str, usd_to_nanos
+from money.usd import nanos_to_usd_display, usd_to_nanos
 
 if TYPE_CHECKING:
     from accounts.models import Organization, User
@@ -67,7 +67,7 @@ def starter_credit_grant(*, organization: Organization, owner: User) -> LedgerEn
             amount_nanos=amount,
             kind=EntryKind.STARTER_CREDIT,
             idempotency_key=_email_key(owner.email),
-            description=f"Starter credit of ${nanos_to_usd_str(amount)} for a new organization",
+            description=f"Starter credit of {nanos_to_usd_display(amount)} for a new organization",
         )
     return entry if created else None
 

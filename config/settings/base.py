@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "channels",
     "rest_framework",
+    "drf_spectacular_sidecar",  # Redoc's files for the dashboard's API reference
     "accounts",
     "catalog",
     "billing",
@@ -274,6 +275,19 @@ AXES_USERNAME_FORM_FIELD = "username"
 # uvicorn sets REMOTE_ADDR from X-Forwarded-For only for trusted proxies (FORWARDED_ALLOW_IPS).
 AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
 AXES_VERBOSE = False
+# Two-factor authentication (TOTP, django-otp; accounts/twofactor.py, docs/security.md): a user
+# with an authenticator gives a code after the password (dashboard and admin logins alike).
+INSTALLED_APPS += ["django_otp", "django_otp.plugins.otp_totp", "django_otp.plugins.otp_static"]
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+    "django_otp.middleware.OTPMiddleware",
+)
+# The admin refuses a session of a staff user with an authenticator that never gave a code.
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django_otp.middleware.OTPMiddleware") + 1,
+    "accounts.twofactor_admin.AdminSecondFactorMiddleware",
+)
+OTP_TOTP_ISSUER = "infrai"
 
 # --- self-serve customers (docs/billing.md, docs/dashboard.md) ---
 # Credit a new organization gets once its owner's e-mail is verified (once per organization and

@@ -12,6 +12,7 @@ someone else created needs an owner or admin, and an owner's key needs an owner.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -22,12 +23,14 @@ from django.shortcuts import redirect
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from accounts.policy import Actor, NotAllowed
+from accounts.policy import Actor, KeyLimits, NotAllowed
 from accounts.selectors import api_key_get, api_keys_for_organization, projects_for_organization
 from accounts.services import api_key_change, api_key_issue, api_key_revoke_as
+from billing import selectors as billing_selectors
 from dashboard.forms import ApiKeyCreateForm, ApiKeyEditForm
 from dashboard.permissions import USE_KEYS, OrgContext, org_view
 from dashboard.views.common import no_store, raise_404, render_org
+from money.usd import NANOS_PER_USD
 
 if TYPE_CHECKING:
     from accounts.models import ApiKey
@@ -119,25 +122,51 @@ def key_created(request: HttpRequest, ctx: OrgContext, key_id: int) -> HttpRespo
 
 @org_view(USE_KEYS)
 def key_edit(request: HttpRequest, ctx: OrgContext, key_id: int) -> HttpResponse:
+    """Name, expiry, rate limits and monthly budget of a key, with its spend this month. A
+    limit refused by the rules of :mod:`accounts.policy` (a member raising a limit) comes back
+    on its field with the API's text (400); a key the user may not change at all is 403."""
     api_key = _api_key(ctx, key_id)
+    budget = api_key.monthly_budget_nanos
     initial = {
         "name": api_key.name,
         "expires_on": api_key.expires_at.date() if api_key.expires_at else None,
+        "requests_per_minute": api_key.requests_per_minute,
+        "tokens_per_minute": api_key.tokens_per_minute,
+        "monthly_budget_usd": None if budget is None else Decimal(budget) / NANOS_PER_USD,
     }
     form = ApiKeyEditForm(request.POST or None, initial=initial)
-    if request.method == "POST" and form.is_valid():
-        try:
-            api_key_change(
-                actor=_actor(ctx),
-                api_key=api_key,
-                name=form.cleaned_data["name"],
-                expires_at=form.expires_at,
-            )
-        except NotAllowed as error:
-            raise PermissionDenied(error.message) from None
-        messages.success(request, f"Saved key {api_key.display}.")
-        return redirect("dashboard:keys", slug=ctx.organization.slug)
-    return render_org(request, ctx, "dashboard/key_edit.html", {"api_key": api_key, "form": form})
+    status = 200
+    if request.method == "POST":
+        status = 400
+        if form.is_valid():
+            try:
+                api_key_change(
+                    actor=_actor(ctx),
+                    api_key=api_key,
+                    name=form.cleaned_data["name"],
+                    expires_at=form.expires_at,
+                    limits=form.limits(
+                        KeyLimits(
+                            requests_per_minute=api_key.requests_per_minute,
+                            tokens_per_minute=api_key.tokens_per_minute,
+                            monthly_budget_nanos=api_key.monthly_budget_nanos,
+                        )
+                    ),
+                )
+            except NotAllowed as error:
+                if error.param is None:
+                    raise PermissionDenied(error.message) from None
+                form.add_error(error.param, error.message)
+                api_key.refresh_from_db()
+            else:
+                messages.success(request, f"Saved key {api_key.display}.")
+                return redirect("dashboard:keys", slug=ctx.organization.slug)
+    context = {
+        "api_key": api_key,
+        "form": form,
+        "spent_nanos": billing_selectors.key_month_spend(api_key_id=api_key.pk),
+    }
+    return render_org(request, ctx, "dashboard/key_edit.html", context, status=status)
 
 
 @org_view(USE_KEYS)

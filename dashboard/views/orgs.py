@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from accounts import twofactor
 from accounts.models import Membership, Role, User
 from accounts.selectors import (
     invitation_get,
@@ -81,7 +82,13 @@ def overview(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
         request,
         ctx,
         "dashboard/overview.html",
-        {"summary": summary, "balance": balance, "needs_credit": needs_credit},
+        {
+            "summary": summary,
+            "balance": balance,
+            "needs_credit": needs_credit,
+            # Owners are offered two-factor authentication until they turn it on.
+            "offer_2fa": ctx.role == Role.OWNER and not twofactor.enabled(user=ctx.user),
+        },
     )
 
 
@@ -127,6 +134,7 @@ def member_invite(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
         email=form.cleaned_data["email"],
         role=form.cleaned_data["role"],
         invited_by=ctx.user,
+        actor=ctx.actor,
     )
     url = request.build_absolute_uri(reverse("dashboard:invitation_accept", args=[token]))
     transaction.on_commit(
@@ -142,7 +150,7 @@ def invitation_cancel(request: HttpRequest, ctx: OrgContext, invitation_id: int)
     invitation = invitation_get(organization=ctx.organization, invitation_id=invitation_id)
     if invitation is None:
         raise_404()
-    invitation_revoke(invitation=invitation)
+    invitation_revoke(invitation=invitation, actor=ctx.actor)
     messages.success(request, f"Invitation to {invitation.email} revoked.")
     return redirect("dashboard:members", slug=ctx.organization.slug)
 
@@ -165,7 +173,9 @@ def member_role(request: HttpRequest, ctx: OrgContext, membership_id: int) -> Ht
         messages.error(request, "Choose one of the listed roles.")
     else:
         try:
-            membership_change_role(membership=target, role=form.cleaned_data["role"])
+            membership_change_role(
+                membership=target, role=form.cleaned_data["role"], actor=ctx.actor
+            )
             messages.success(request, f"{target.user.email} is now {form.cleaned_data['role']}.")
         except LastOwnerError as error:
             messages.error(request, str(error))
@@ -177,7 +187,7 @@ def member_role(request: HttpRequest, ctx: OrgContext, membership_id: int) -> Ht
 def member_remove(request: HttpRequest, ctx: OrgContext, membership_id: int) -> HttpResponse:
     target = _editable_member(ctx, membership_id)
     try:
-        membership_remove(membership=target)
+        membership_remove(membership=target, actor=ctx.actor)
     except LastOwnerError as error:
         messages.error(request, str(error))
         return redirect("dashboard:members", slug=ctx.organization.slug)

@@ -59,6 +59,7 @@ def project_create_view(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
         organization=ctx.organization,
         name=form.cleaned_data["name"],
         monthly_budget_nanos=form.cleaned_data["monthly_budget_nanos"],
+        actor=ctx.actor,
     )
     messages.success(request, f"Created project {project.name}. Now create a key for it.")
     return redirect("dashboard:keys", slug=ctx.organization.slug)
@@ -83,6 +84,7 @@ def project_edit(request: HttpRequest, ctx: OrgContext, project_id: int) -> Http
             project=project,
             name=form.cleaned_data["name"],
             monthly_budget_nanos=form.cleaned_data["monthly_budget_nanos"],
+            actor=ctx.actor,
         )
         messages.success(request, f"Saved project {project.name}.")
         return redirect("dashboard:projects", slug=ctx.organization.slug)
@@ -96,9 +98,9 @@ def project_edit(request: HttpRequest, ctx: OrgContext, project_id: int) -> Http
 def project_archive_toggle(request: HttpRequest, ctx: OrgContext, project_id: int) -> HttpResponse:
     project = _project(ctx, project_id)
     if project.archived_at is None:
-        project_archive(project=project)
+        project_archive(project=project, actor=ctx.actor)
         messages.success(request, f"Archived {project.name}: its keys no longer work.")
     else:
-        project_unarchive(project=project)
+        project_unarchive(project=project, actor=ctx.actor)
         messages.success(request, f"Restored {project.name}.")
     return redirect("dashboard:projects", slug=ctx.organization.slug)

@@ -6,11 +6,12 @@ import json
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.utils import timezone
 from django.utils.http import urlencode
 
 from accounts.selectors import api_keys_for_organization
 from dashboard import exports
-from dashboard.charts import Bar, bar_chart_svg
+from dashboard.charts import Series, compact_tokens, stacked_bar_chart
 from dashboard.forms import DateRangeForm, LogFilterForm
 from dashboard.permissions import OrgContext, org_view
 from dashboard.templatetags.dashboard import usd
@@ -19,6 +20,8 @@ from inference import selectors as calls
 from inference.selectors import Dimension, LogFilters, day_bounds
 
 LOG_PAGE = 50
+#: Series a usage chart stacks (the top models or keys by cost); the rest is one "Other".
+CHART_SERIES = 6
 BREAKDOWNS: tuple[tuple[str, Dimension], ...] = (
     ("By model", "model"),
     ("By project", "project"),
@@ -32,19 +35,41 @@ def usage(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
     start, end = form.range()
     lo, hi = day_bounds(start, end)
     org_id = ctx.organization.pk
-    days = calls.usage_by_day(organization_id=org_id, start=start, end=end)
     breakdowns = {
         title: calls.usage_by(organization_id=org_id, dimension=dim, start=lo, end=hi)
         for title, dim in BREAKDOWNS
     }
     totals = calls.usage_totals(organization_id=org_id, start=lo, end=hi)
-    cost_chart = bar_chart_svg(
-        [Bar(d.label, d.cost_nanos, usd(d.cost_nanos)) for d in days],
-        title=f"Cost per day, {start} to {end}",
+    split: Dimension = "key" if request.GET.get("split") == "key" else "model"
+    top = breakdowns["By key" if split == "key" else "By model"][:CHART_SERIES]
+    chart_days, split_series = calls.usage_by_day_split(
+        organization_id=org_id,
+        dimension=split,
+        start=start,
+        end=end,
+        named=[(r.value, r.label) for r in top],
     )
-    token_chart = bar_chart_svg(
-        [Bar(d.label, d.tokens, f"{d.tokens:,} tokens") for d in days],
-        title=f"Tokens per day, {start} to {end}",
+    days = calls.day_totals(chart_days, split_series)  # the daily table, from the same query
+    today = timezone.now().date()
+    cost_chart = stacked_bar_chart(
+        chart_days,
+        [Series(s.label, s.cost_nanos, other=s.value is None) for s in split_series],
+        title=f"Cost per day by {split}, {start} to {end}",
+        y_title="USD",
+        tick_label=usd,
+        caption=usd,
+        today=today,
+        testid="chart-cost",
+    )
+    token_chart = stacked_bar_chart(
+        chart_days,
+        [Series(s.label, s.tokens, other=s.value is None) for s in split_series],
+        title=f"Tokens per day by {split}, {start} to {end}",
+        y_title="Tokens",
+        tick_label=compact_tokens,
+        caption=lambda n: f"{n:,} tokens",
+        today=today,
+        testid="chart-tokens",
     )
     return render_org(
         request,
@@ -59,6 +84,12 @@ def usage(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
             "breakdowns": breakdowns,
             "cost_chart": cost_chart,
             "token_chart": token_chart,
+            "split": split,
+            "split_series": split_series,
+            "split_rows": [
+                (day, [(s.cost_nanos[i], s.tokens[i]) for s in split_series])
+                for i, day in enumerate(chart_days)
+            ],
             "latest": calls.request_log(
                 organization_id=org_id, start=lo, end=hi, filters=LogFilters(), limit=10
             ),

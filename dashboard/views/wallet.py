@@ -8,17 +8,20 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from billing import receipts
+from billing import selectors as billing_selectors
+from billing.services.notify import low_balance_threshold_set
 from config.querystring import query_id
 from dashboard import selectors, statements, topups
-from dashboard.forms import AutoRechargeForm, StatementForm, TopUpForm
+from dashboard.forms import AutoRechargeForm, LowBalanceForm, StatementForm, TopUpForm
 from dashboard.permissions import SEE_BILLING, OrgContext, org_view
 from dashboard.views.common import render_org
-from money.usd import NANOS_PER_USD
+from money.usd import NANOS_PER_USD, usd_to_nanos
 
 TOPUP_NOTICES = {
     "success": "Thank you — Stripe is confirming the payment. The balance updates here as soon as "
@@ -52,9 +55,11 @@ def _wallet_page(
     *,
     topup_form: TopUpForm | None = None,
     recharge_form: AutoRechargeForm | None = None,
+    low_balance_form: LowBalanceForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
     org = ctx.organization
+    alert = billing_selectors.low_balance_alert(organization_id=org.pk)
     summary = selectors.wallet_summary(organization=org)
     before = _int_param(request, "before")
     page_size = 25
@@ -83,6 +88,9 @@ def _wallet_page(
             ),
             "recharge_blocked": "" if summary.has_payment_method else topups.NO_CARD,
             "statement_form": StatementForm(initial={"month": today.replace(day=1)}),
+            "low_balance_form": low_balance_form
+            or LowBalanceForm(initial={"threshold_usd": _usd(alert.threshold_nanos)}),
+            "receipts": receipts.receipts_for_organization(organization_id=org.pk, limit=20),
             "topup_notice": TOPUP_NOTICES.get(request.GET.get("topup", ""), ""),
         },
         status=status,
@@ -123,12 +131,39 @@ def auto_recharge(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
             enabled=form.cleaned_data["enabled"],
             threshold_usd=form.cleaned_data["threshold_usd"],
             amount_usd=form.cleaned_data["amount_usd"],
+            actor=ctx.actor,
         )
         if not error:
             messages.success(request, "Saved the auto-recharge settings.")
             return redirect("dashboard:wallet", slug=ctx.organization.slug)
         form.add_error(None, error)
     return _wallet_page(request, ctx, recharge_form=form, status=400)
+
+
+@org_view(SEE_BILLING)
+@require_POST
+def low_balance(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
+    """Save the low-balance e-mail threshold (audited); a refused value comes back (400)."""
+    form = LowBalanceForm(request.POST)
+    if not form.is_valid():
+        return _wallet_page(request, ctx, low_balance_form=form, status=400)
+    threshold = usd_to_nanos(form.cleaned_data["threshold_usd"])
+    low_balance_threshold_set(
+        organization_id=ctx.organization.pk, threshold_nanos=threshold, actor=ctx.actor
+    )
+    messages.success(request, "Saved the low-balance alert.")
+    return redirect("dashboard:wallet", slug=ctx.organization.slug)
+
+
+@org_view(SEE_BILLING)
+def receipt(request: HttpRequest, ctx: OrgContext, entry_id: int) -> HttpResponse:
+    """One payment's receipt as a PDF download; another organization's (or no payment) 404."""
+    found = receipts.receipt_get(organization_id=ctx.organization.pk, entry_id=entry_id)
+    if found is None:
+        raise Http404("Not found.")
+    response = HttpResponse(receipts.receipt_pdf(found), content_type="application/pdf")
+    response["Content-Disposition"] = f'attachment; filename="{found.filename}.pdf"'
+    return response
 
 
 @org_view(SEE_BILLING)
@@ -165,7 +200,7 @@ def card_replace(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
 @org_view(SEE_BILLING)
 @require_POST
 def card_remove(request: HttpRequest, ctx: OrgContext) -> HttpResponse:
-    error = topups.card_remove(organization=ctx.organization)
+    error = topups.card_remove(organization=ctx.organization, actor=ctx.actor)
     if error:
         messages.error(request, error)
     else:

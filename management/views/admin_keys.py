@@ -6,11 +6,11 @@ from __future__ import annotations
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts.policy import Actor, NotAllowed
+from accounts.policy import NotAllowed
 from config.errors import NotFound, PermissionDenied
 from dashboard.permissions import MANAGE_ORG
 from management import render
-from management.api import ManagementView, page, parse_id
+from management.api import ManagementView, api_actor, page, parse_id
 from management.models import AdminKey
 from management.selectors import admin_key_get, admin_keys_for_organization
 from management.services import admin_key_revoke
@@ -42,7 +42,7 @@ class AdminKeyDetail(ManagementView):
     def delete(self, request: Request, key_id: str) -> Response:
         """Revoke an admin key (this one included); effective on its next call. An owner's
         admin key only by an owner (:func:`management.services.admin_key_revoke`)."""
-        actor = Actor(user=self.ctx.admin_key.created_by, role=self.ctx.role)
+        actor = api_actor(self)
         try:
             key = admin_key_revoke(admin_key=self.key(key_id), actor=actor)
         except NotAllowed as error:

@@ -34,6 +34,7 @@ from management.api import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
     ManagementView,
+    api_actor,
     int_param,
     list_response,
     page,
@@ -88,7 +89,7 @@ class UserDetail(ManagementView):
         if not may_grant(self.ctx.role, role):
             raise PermissionDenied("Only an owner can make an owner.")
         try:
-            changed = membership_change_role(membership=target, role=role)
+            changed = membership_change_role(membership=target, role=role, actor=api_actor(self))
         except LastOwnerError as error:
             raise InvalidRequest(str(error), code="last_owner", param="role") from None
         changed.user = target.user
@@ -98,7 +99,7 @@ class UserDetail(ManagementView):
         """Remove the member from the organization."""
         target = self.editable(user_id)
         try:
-            membership_remove(membership=target)
+            membership_remove(membership=target, actor=api_actor(self))
         except LastOwnerError as error:
             raise InvalidRequest(str(error), code="last_owner") from None
         return Response(
@@ -127,6 +128,7 @@ class InviteList(ManagementView):
                 email=data["email"],
                 role=data["role"],
                 invited_by=self.ctx.admin_key.created_by,
+                actor=api_actor(self),
             )
             url = request.build_absolute_uri(reverse("dashboard:invitation_accept", args=[token]))
             transaction.on_commit(
@@ -153,7 +155,7 @@ class InviteDetail(ManagementView):
 
     def delete(self, request: Request, invite_id: str) -> Response:
         """Revoke the invitation: its link stops working."""
-        invitation = invitation_revoke(invitation=self.invitation(invite_id))
+        invitation = invitation_revoke(invitation=self.invitation(invite_id), actor=api_actor(self))
         return Response(
             {
                 "object": "organization.invite.deleted",

@@ -28,7 +28,7 @@ from accounts.services import (
 from config.errors import InvalidRequest, NotFound, PermissionDenied
 from dashboard.permissions import MANAGE_ORG, USE_KEYS
 from management import render
-from management.api import ManagementView, page, parse_id
+from management.api import ManagementView, api_actor, page, parse_id
 from management.serializers import ApiKeyWrite, ProjectCreate, ProjectUpdate
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ class ProjectList(ManagementView):
                 organization=self.ctx.organization,
                 name=data["name"],
                 monthly_budget_nanos=data.get("monthly_budget_usd"),
+                actor=_actor(self),
             )
         except IntegrityError:
             raise _duplicate_name(data["name"]) from None
@@ -93,7 +94,9 @@ class ProjectDetail(_ProjectScoped):
         name = data.get("name", found.name)
         budget = data.get("monthly_budget_usd", found.monthly_budget_nanos)
         try:
-            updated = project_update(project=found, name=name, monthly_budget_nanos=budget)
+            updated = project_update(
+                project=found, name=name, monthly_budget_nanos=budget, actor=_actor(self)
+            )
         except IntegrityError:
             raise _duplicate_name(name) from None
         return Response(render.project(updated))
@@ -104,7 +107,9 @@ class ProjectArchive(_ProjectScoped):
 
     def post(self, request: Request, project_id: str) -> Response:
         """Archive: the project's keys stop working at once."""
-        return Response(render.project(project_archive(project=self.project(project_id))))
+        return Response(
+            render.project(project_archive(project=self.project(project_id), actor=_actor(self)))
+        )
 
 
 def _expiry(data: dict[str, Any], current: datetime | None) -> datetime | None:
@@ -116,7 +121,7 @@ def _expiry(data: dict[str, Any], current: datetime | None) -> datetime | None:
 
 def _actor(view: ManagementView) -> Actor:
     """The person behind the admin key, acting with the key's effective role."""
-    return Actor(user=view.ctx.admin_key.created_by, role=view.ctx.role)
+    return api_actor(view)
 
 
 def _refused(error: NotAllowed) -> PermissionDenied:

@@ -81,7 +81,8 @@ def test_staff_adjustment_adds_an_entry_and_balance_fields_are_read_only(admin_c
     wallet.refresh_from_db()
     assert wallet.balance_nanos == 3_750_000_000
     model_admin = site._registry[Wallet]
-    assert {"balance_nanos", "held_nanos"} <= set(model_admin.readonly_fields)
+    assert {"balance_usd", "held_usd"} <= set(model_admin.readonly_fields)  # shown in USD
+    assert {"balance_nanos", "held_nanos"} <= set(model_admin.exclude)  # never a form field
     admin_client.post(f"{url}{wallet.pk}/change/", {"balance_nanos": 10**15, "held_nanos": 0})
     wallet.refresh_from_db()
     assert wallet.balance_nanos == 3_750_000_000

@@ -68,6 +68,7 @@
           var next = fresh.querySelector('[data-live-region="' + name + '"]');
           if (next) el.replaceWith(document.importNode(next, true));
         });
+        focusScrollables();
         document.body.setAttribute("data-live-refreshes",
           String(parseInt(document.body.getAttribute("data-live-refreshes") || "0", 10) + 1));
       }
@@ -155,6 +156,28 @@
       setTimeout(function () { connect(slug, attempt + 1); }, Math.min(30000, 1000 * 2 ** attempt));
     };
   }
+
+  // A box that scrolls inside the page (a wide table on a phone, a long code block) must be
+  // reachable with the keyboard to be scrolled: while it scrolls it is a tab stop (marked
+  // data-scroll-focus), and it stops being one when a wider window lets it fit again.
+  function focusScrollables() {
+    document.querySelectorAll("main table, main pre, main .table-scroll").forEach(function (el) {
+      var style = getComputedStyle(el);
+      var scrolls = (/(auto|scroll)/.test(style.overflowX) && el.scrollWidth > el.clientWidth + 1) ||
+        (/(auto|scroll)/.test(style.overflowY) && el.scrollHeight > el.clientHeight + 1);
+      if (scrolls && !el.hasAttribute("tabindex")) {
+        el.setAttribute("tabindex", "0");
+        el.setAttribute("data-scroll-focus", "");
+      } else if (!scrolls && el.hasAttribute("data-scroll-focus")) {
+        el.removeAttribute("tabindex");
+        el.removeAttribute("data-scroll-focus");
+      }
+    });
+  }
+  window.infraiFocusScrollables = focusScrollables;  // the playground calls it after rendering
+  focusScrollables();
+  window.addEventListener("resize", focusScrollables);
+  document.addEventListener("toggle", focusScrollables, true);  // <details> opening
 
   var slug = document.body.getAttribute("data-org");
   if (slug && "WebSocket" in window) connect(slug, 0);

@@ -21,7 +21,8 @@
     var system = field("pg-system").value.trim();
     if (system) messages.push({ role: "system", content: system });
     messages = messages.concat(history);
-    messages.push({ role: "user", content: message });
+    // An empty box is no turn (Send needs a message): the code then shows the conversation.
+    if (message !== "") messages.push({ role: "user", content: message });
     var body = { model: field("pg-model").value || "auto", messages: messages };
     var temperature = field("pg-temperature").value.trim();
     if (temperature !== "") body.temperature = Number(temperature);
@@ -61,6 +62,7 @@
     var body = requestBody(prompt.value);
     field("pg-code-python").textContent = pythonSnippet(body);
     field("pg-code-curl").textContent = curlSnippet(body);
+    if (window.infraiFocusScrollables) window.infraiFocusScrollables();
   }
 
   function addTurn(role, text) {
@@ -122,6 +124,12 @@
     meta.textContent = "Waiting for the first token…";
     send.disabled = true;
     addTurn("user", message);
+    // The box empties when the message is sent, as in any chat: whatever is typed while the
+    // answer streams is the next message and is never touched (nor shown in the code of this
+    // turn). Only a refused message comes back, into a box still left empty.
+    prompt.value = "";
+    showCode();
+    function giveBack() { if (prompt.value === "") prompt.value = message; }
     try {
       var response = await fetch("/v1/chat/completions", {
         method: "POST",
@@ -132,6 +140,7 @@
       });
       if (!response.ok) {
         conversation.lastChild.remove();
+        giveBack();
         var error = (await response.json().catch(function () { return {}; })).error || {};
         meta.textContent = "Error " + response.status + ": " + (error.message || response.statusText);
         return;
@@ -140,9 +149,9 @@
       var infrai = await stream(response, answer);
       history.push({ role: "user", content: message });
       history.push({ role: "assistant", content: answer.textContent });
-      prompt.value = "";
       showMeta(infrai, response.headers);
     } catch (err) {
+      giveBack();
       meta.textContent = "The request failed: " + err;
     } finally {
       send.disabled = false;
