@@ -269,6 +269,7 @@ class GenerationEngine:
         self.rate = TokenRate()
         self._incoming: queue.Queue[Sequence] = queue.Queue()
         self._batch = _Batch()
+        self._held: deque[Sequence] = deque()  # taken from the queue, not admitted yet
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="generation-engine", daemon=True)
 
@@ -314,7 +315,24 @@ class GenerationEngine:
         if self._stopping.is_set():
             self._cancel_queued()
 
+    def _fits(self, seq: Sequence, admitted: list[Sequence]) -> bool:
+        """Whether ``seq`` may join the running batch beside ``admitted`` (this step's) now;
+        an engine with a bounded cache says no when it would over-commit it."""
+        return True
+
+    def _next_waiting(self, block: bool) -> Sequence | None:
+        """The oldest sequence not yet admitted (one held back first), or None when there is
+        none (waiting up to 0.1 s when ``block``)."""
+        if self._held:
+            return self._held.popleft()
+        try:
+            return self._incoming.get(block=block, timeout=0.1 if block else None)
+        except queue.Empty:
+            return None
+
     def _cancel_queued(self) -> None:
+        while self._held:
+            self._held.popleft().finish("cancelled")
         while True:
             try:
                 self._incoming.get_nowait().finish("cancelled")
@@ -323,8 +341,8 @@ class GenerationEngine:
 
     @property
     def queue_depth(self) -> int:
-        """Sequences submitted and not yet prefilled."""
-        return self._incoming.qsize()
+        """Sequences submitted and not yet prefilled (one held back included)."""
+        return self._incoming.qsize() + len(self._held)
 
     @property
     def batch_size(self) -> int:
@@ -353,19 +371,21 @@ class GenerationEngine:
         """Prefill the waiting sequences together (blocking briefly only when idle).
 
         Takes as many as fit in ``max_batch`` and, beyond the first, in ``PREFILL_TOKEN_BUDGET``
-        prompt tokens; the rest wait for the next step.
+        prompt tokens, and only while the next one :meth:`_fits`; the rest wait for the next
+        step, the one that did not fit at the head of the line.
         """
         new: list[Sequence] = []
         budget = PREFILL_TOKEN_BUDGET
         while len(self._batch.seqs) + len(new) < self.max_batch:
-            try:
-                block = not self._batch.seqs and not new
-                seq = self._incoming.get(block=block, timeout=0.1 if block else None)
-            except queue.Empty:
+            seq = self._next_waiting(block=not self._batch.seqs and not new)
+            if seq is None:
                 break
             if seq.cancelled:
                 seq.finish("cancelled")
                 continue
+            if not self._fits(seq, new):
+                self._held.appendleft(seq)  # first in line at the next step; no one overtakes
+                break
             new.append(seq)
             budget -= len(seq.prompt_ids)
             if budget <= 0:

@@ -15,9 +15,7 @@ the rest wait, in order. Prompts are templated and detokenised by the converted 
 
 from __future__ import annotations
 
-import queue
 import threading
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +84,6 @@ class LlamaCppEngine(GenerationEngine):
         self._n_batch = int(params.n_batch)
         self._buffer = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
         self._slot: dict[int, int] = {}  # id(sequence) → llama.cpp sequence id
-        self._held: deque[Sequence] = deque()  # taken from the queue, waiting for KV cells
         self._lock = threading.Lock()
         self.chat.context_length = min(self.chat.context_length, self.kv_cells)
 
@@ -101,67 +98,19 @@ class LlamaCppEngine(GenerationEngine):
                 self._ctx = None
 
     @property
-    def queue_depth(self) -> int:
-        """Sequences submitted and not yet prefilled (those waiting for KV cells included)."""
-        return super().queue_depth + len(self._held)
-
-    @property
     def kv_reserved(self) -> int:
         """KV cells reserved by the running sequences (never more than ``kv_cells``)."""
         return sum(reservation(s, self.chat.context_length) for s in self._batch.seqs)
 
-    def _cancel_queued(self) -> None:
-        while self._held:
-            self._held.popleft().finish("cancelled")
-        super()._cancel_queued()
-
     # --- engine thread -------------------------------------------------------------------------
 
-    def _next_waiting(self, block: bool) -> Sequence | None:
-        """The oldest sequence not yet admitted (held back first), or None when there is none."""
-        if self._held:
-            return self._held.popleft()
-        try:
-            return self._incoming.get(block=block, timeout=0.1 if block else None)
-        except queue.Empty:
-            return None
-
-    def _admit(self) -> None:
-        """Prefill the waiting sequences together (blocking briefly only when idle).
-
-        As :meth:`GenerationEngine._admit` (``max_batch``, ``PREFILL_TOKEN_BUDGET``), and only
-        while the next sequence's :func:`reservation` fits in the cells the running and newly
-        admitted ones leave; the first that does not waits at the head of the line (no one
-        overtakes it). With nothing running every sequence fits: a reservation is at most the
-        context, and the context at most the cache.
-        """
-        new: list[Sequence] = []
-        budget = _engine.PREFILL_TOKEN_BUDGET
-        free = self.kv_cells - self.kv_reserved
-        while len(self._batch.seqs) + len(new) < self.max_batch:
-            seq = self._next_waiting(block=not self._batch.seqs and not new)
-            if seq is None:
-                break
-            if seq.cancelled:
-                seq.finish("cancelled")
-                continue
-            need = reservation(seq, self.chat.context_length)
-            if need > free:
-                self._held.appendleft(seq)
-                break
-            free -= need
-            new.append(seq)
-            budget -= len(seq.prompt_ids)
-            if budget <= 0:
-                break
-        if not new:
-            return
-        try:
-            self._prefill(new)
-        except Exception as exc:
-            _engine.log.exception("prefill failed")
-            for seq in new:
-                seq.finish("error", f"prefill failed: {exc}")
+    def _fits(self, seq: Sequence, admitted: list[Sequence]) -> bool:
+        """Only while ``seq``'s :func:`reservation` fits in the cells the running and newly
+        admitted sequences leave (the first that does not waits at the head of the line). With
+        nothing running every sequence fits: a reservation is at most the context, and the
+        context at most the cache."""
+        taken = self.kv_reserved + sum(reservation(s, self.chat.context_length) for s in admitted)
+        return reservation(seq, self.chat.context_length) <= self.kv_cells - taken
 
     def _decode(self, entries: list[tuple[int, int, int, bool]]) -> list[int]:
         """Run ``(token, position, slot, wants_logits)`` entries through llama.cpp; returns the

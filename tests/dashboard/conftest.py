@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.test import Client
-from playwright.sync_api import Browser, BrowserType, Playwright, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, BrowserType, Playwright, sync_playwright
 
 from accounts.models import Organization, Role, User
 from accounts.services import membership_set, organization_create
@@ -91,3 +93,29 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
             "--disable-quic",
         ],
     }
+
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The two widths every page is checked at.
+SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where a test's screenshots go: ``docs/screenshots`` with ``INFRAI_SCREENSHOTS=1``, else a
+    temporary folder."""
+    if os.environ.get("INFRAI_SCREENSHOTS"):
+        return ROOT / "docs" / "screenshots"
+    return tmp_path
+
+
+@pytest.fixture(params=list(SIZES))
+def sized(request: pytest.FixtureRequest, browser: Any, live_url: str) -> Iterator[BrowserContext]:
+    """A browser context at desktop or phone size (``ctx.size`` names it; downloads accepted)."""
+    width, height = SIZES[request.param]
+    ctx = browser.new_context(
+        viewport={"width": width, "height": height}, base_url=live_url, accept_downloads=True
+    )
+    ctx.size = request.param  # type: ignore[attr-defined]
+    yield ctx
+    ctx.close()

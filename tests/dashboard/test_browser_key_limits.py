@@ -9,10 +9,7 @@ Set ``INFRAI_SCREENSHOTS=1`` to (re)write ``docs/screenshots/key-limits*.png``.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -34,26 +31,6 @@ from money.usd import NANOS_PER_USD
 from tests.dashboard.test_browser import _login, _orm_beside_playwright  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-ROOT = Path(__file__).resolve().parents[2]
-SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
-
-
-@pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    if os.environ.get("INFRAI_SCREENSHOTS"):
-        return ROOT / "docs" / "screenshots"
-    return tmp_path
-
-
-@pytest.fixture(params=list(SIZES))
-def sized(request: pytest.FixtureRequest, browser: Any, live_url: str) -> Iterator[BrowserContext]:
-    """A browser context at desktop or phone size."""
-    width, height = SIZES[request.param]
-    ctx = browser.new_context(viewport={"width": width, "height": height}, base_url=live_url)
-    ctx.size = request.param  # type: ignore[attr-defined]
-    yield ctx
-    ctx.close()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ Set ``INFRAI_SCREENSHOTS=1`` to (re)write their screenshots under ``docs/screens
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from playwright.sync_api import Page, expect
 
 from accounts import twofactor
 from inference.models import RequestLog
+from tests.dashboard.conftest import SIZES
 from tests.dashboard.factories import request_log_row
 from tests.dashboard.test_browser import (  # noqa: F401  (fixtures used by name)
     _demo_organization,
@@ -31,16 +31,6 @@ from tests.dashboard.test_browser import (  # noqa: F401  (fixtures used by name
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-ROOT = Path(__file__).resolve().parents[2]
-SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
-
-
-@pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    if os.environ.get("INFRAI_SCREENSHOTS"):
-        return ROOT / "docs" / "screenshots"
-    return tmp_path
 
 
 def _fits(page: Page, where: str) -> None:

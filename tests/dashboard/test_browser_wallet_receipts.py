@@ -8,11 +8,8 @@ Set ``INFRAI_SCREENSHOTS=1`` to (re)write ``docs/screenshots/wallet-receipts*.pn
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
@@ -28,28 +25,8 @@ from tests.dashboard.test_statement_escaping import _pdf_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROOT = Path(__file__).resolve().parents[2]
-SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
+
 LOW_BALANCE = "E-mail when the available balance falls below (USD)"
-
-
-@pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    if os.environ.get("INFRAI_SCREENSHOTS"):
-        return ROOT / "docs" / "screenshots"
-    return tmp_path
-
-
-@pytest.fixture(params=list(SIZES))
-def sized(request: pytest.FixtureRequest, browser: Any, live_url: str) -> Iterator[BrowserContext]:
-    """A browser context at desktop or phone size (downloads accepted)."""
-    width, height = SIZES[request.param]
-    ctx = browser.new_context(
-        viewport={"width": width, "height": height}, base_url=live_url, accept_downloads=True
-    )
-    ctx.size = request.param  # type: ignore[attr-defined]
-    yield ctx
-    ctx.close()
 
 
 @pytest.fixture
