@@ -154,10 +154,12 @@ class FakeVendor(ThreadedServer):
     async def _gate(self, request: web.Request) -> tuple[dict[str, Any], web.Response | None]:
         body = await request.json()
         self.requests.append(body)
+        # What this request gets is decided when it arrives: a request stalled by an earlier
+        # test must not wake up into a later test and take the failure that test set up.
+        status = self.fail_statuses.pop(0) if self.fail_statuses else None
         if self.stall_s:
             await asyncio.sleep(self.stall_s)
-        if self.fail_statuses:
-            status = self.fail_statuses.pop(0)
+        if status is not None:
             error = {"error": {"message": f"fake failure {status}", "type": "server_error"}}
             headers = {}
             if self.fail_code:
