@@ -1,6 +1,6 @@
 """The audit log: who changed keys, members, limits and budgets, and billing settings.
 
-An :class:`AuditEvent` is **append-only**: written once by :func:`audit_record`, in the same
+An :class:`~accounts.models.AuditEvent` is **append-only**: written once by :func:`audit_record`, in the same
 transaction as the change it describes, by the service that makes the change
 (:mod:`accounts.services`, :mod:`management.services`, ``billing.services``) — so the
 dashboard, the management API and the Django admin all leave the same trail. It is never
@@ -20,44 +20,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.db import models, transaction
-from django.utils import timezone
+
+from accounts.models import ApiKey, AppendOnly, AuditAction, AuditEvent, User, Via
 
 if TYPE_CHECKING:
-    from accounts.models import ApiKey, User
     from accounts.policy import Actor
 
-
-class AppendOnly(RuntimeError):
-    """An audit event was about to be changed or deleted."""
-
-
-class AuditAction(models.TextChoices):
-    KEY_CREATE = "key.create", "API key created"
-    KEY_UPDATE = "key.update", "API key changed"
-    KEY_REVOKE = "key.revoke", "API key revoked"
-    KEY_ROLL = "key.roll", "API key given a new secret"
-    ADMIN_KEY_CREATE = "admin_key.create", "Admin key created"
-    ADMIN_KEY_REVOKE = "admin_key.revoke", "Admin key revoked"
-    MEMBER_INVITE = "member.invite", "Member invited"
-    MEMBER_INVITE_REVOKE = "member.invite_revoke", "Invitation revoked"
-    MEMBER_JOIN = "member.join", "Invitation accepted"
-    MEMBER_ADD = "member.add", "Member added"
-    MEMBER_ROLE = "member.role", "Role changed"
-    MEMBER_REMOVE = "member.remove", "Member removed"
-    PROJECT_CREATE = "project.create", "Project created"
-    PROJECT_UPDATE = "project.update", "Project changed"
-    PROJECT_ARCHIVE = "project.archive", "Project archived"
-    PROJECT_RESTORE = "project.restore", "Project restored"
-    AUTO_RECHARGE = "wallet.auto_recharge", "Auto-recharge settings changed"
-    CARD_REMOVE = "wallet.card_remove", "Saved card removed"
-    LOW_BALANCE = "wallet.low_balance", "Low-balance alert changed"
-
-
-class Via(models.TextChoices):
-    DASHBOARD = "dashboard", "Dashboard"
-    API = "api", "Management API"
-    ADMIN = "admin", "Staff admin"
-    SYSTEM = "system", "System"
+__all__ = ["AppendOnly", "AuditAction", "AuditEvent", "Via", "audit_events", "audit_record"]
 
 
 #: The key fields an event may show (never ``key_hash``).
@@ -68,56 +37,6 @@ KEY_FIELDS = (
     "tokens_per_minute",
     "monthly_budget_nanos",
 )
-
-
-class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
-    def update(self, **kwargs: Any) -> int:
-        raise AppendOnly("audit events are never updated")
-
-    def delete(self) -> tuple[int, dict[str, int]]:
-        raise AppendOnly("audit events are never deleted")
-
-
-class AuditEvent(models.Model):
-    """One change, by whom (``actor``, ``via``, ``credential``), to what (``target``)."""
-
-    organization = models.ForeignKey(
-        "accounts.Organization", on_delete=models.PROTECT, related_name="+"
-    )
-    actor = models.ForeignKey(
-        "accounts.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    actor_email = models.CharField(max_length=254, blank=True)
-    via = models.CharField(max_length=16, choices=Via.choices)
-    credential = models.CharField(
-        max_length=40, blank=True, help_text="The admin key a management call was made with."
-    )
-    action = models.CharField(max_length=32, choices=AuditAction.choices)
-    target = models.CharField(max_length=200)
-    changes = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = AuditEventQuerySet.as_manager()
-
-    class Meta:
-        app_label = "accounts"
-        indexes = [models.Index(fields=["organization", "-id"], name="audit_org_id_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.action} {self.target}"
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        if not self._state.adding:
-            raise AppendOnly("audit events are never updated")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
-        raise AppendOnly("audit events are never deleted")
-
-    @property
-    def who(self) -> str:
-        """The actor as a page shows it."""
-        return self.actor_email or Via(self.via).label
 
 
 def _plain(value: Any) -> Any:
