@@ -117,6 +117,8 @@ class FakeVendor(ThreadedServer):
     hang_s: float = 30.0
     fail_code: str = ""  # the OpenAI error code of fail_statuses' answers ("model_loading" …)
     reasoning_tokens: int = 0  # the hidden reasoning of fault "usage_reasoning"
+    # A usage object sent on the stream's first (role) chunk, as vLLM's continuous usage does.
+    early_usage: dict[str, Any] | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     stream_closed: threading.Event = field(default_factory=threading.Event)
     chunks_sent: int = 0
@@ -137,6 +139,7 @@ class FakeVendor(ThreadedServer):
         self.hang_s = 30.0
         self.fail_code = ""
         self.reasoning_tokens = 0
+        self.early_usage = None
         self.requests = []
         self.chunks_sent = 0
         self.stream_closed.clear()
@@ -314,6 +317,10 @@ class FakeVendor(ThreadedServer):
             return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
         pieces = [chunk({"role": "assistant", "content": ""})]
+        if self.early_usage is not None:
+            first = json.loads(pieces[0][len(b"data: ") :])
+            pieces[0] = b"data: " + json.dumps({**first, "usage": self.early_usage}).encode()
+            pieces[0] += b"\n\n"
         for i, word in enumerate(words):
             pieces.append(chunk({"content": word if i == 0 else " " + word}))
         for i, call in enumerate(calls or []):

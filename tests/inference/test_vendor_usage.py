@@ -31,6 +31,7 @@ from inference.usage import (
 )
 from money.pricing import Usage
 from tests.inference.conftest import assert_billed
+from tests.live import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -308,3 +309,36 @@ def test_absent_usage_is_disputed_only_when_text_was_delivered():
     assert reconcile(None, _relayed(5)).disputed is True
     silent = reconcile(None, _relayed(0))
     assert (silent.disputed, silent.source, silent.usage.input_tokens) == (False, "counted", 30)
+
+
+@pytest.mark.parametrize(
+    ("early_prompt", "billed_from_vendor"),
+    [
+        (7, True),  # plausible for "alpha beta gamma delta" with a chat template: taken
+        (10**9, False),  # a vendor claiming a billion-token prompt before it cuts: ignored
+        (0, False),  # nothing for a prompt of four words: ignored
+    ],
+)
+def test_a_stream_cut_after_an_early_usage_report_bills_the_prompt_only_when_plausible(
+    early_prompt, billed_from_vendor, api_base, issue_key, fake_catalog
+):
+    """The running report a stream's first chunk may carry (the gpu-backend's, vLLM's) is what
+    a broken stream bills its prompt with — only inside the same band a whole answer's usage
+    must meet, never a figure the vendor could inflate past the hold or zero out."""
+    vendor = fake_catalog["primary"]
+    vendor.early_usage = {"prompt_tokens": early_prompt, "completion_tokens": 0}
+    vendor.cut_after = 3  # role chunk + two words, then the connection drops
+    body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    response = httpx.post(
+        api_base + "/chat/completions",
+        json=body,
+        headers={"authorization": f"Bearer {issue_key()}"},
+        timeout=30,
+    )
+    request_id = response.headers["x-infrai-request-id"]
+    wait_for(lambda: RequestLog.objects.filter(request_id=request_id, cost_nanos__gt=0).exists())
+    log = RequestLog.objects.get(request_id=request_id)
+    expected_prompt = early_prompt if billed_from_vendor else _prompt_tokens(CHAT)
+    assert log.input_tokens == expected_prompt
+    assert log.output_tokens == tokens.count_text("Echo: alpha")
+    assert audit_findings().findings == []
