@@ -1,7 +1,8 @@
 """The audit log: who changed keys, members, limits and budgets, and billing settings.
 
-An :class:`~accounts.models.AuditEvent` is **append-only**: written once by :func:`audit_record`, in the same
-transaction as the change it describes, by the service that makes the change
+An :class:`~accounts.models.AuditEvent` is **append-only**: written once by
+:func:`audit_record`, in the same transaction as the change it describes, by the service that
+makes the change
 (:mod:`accounts.services`, :mod:`management.services`, ``billing.services``) — so the
 dashboard, the management API and the Django admin all leave the same trail. It is never
 updated or deleted: ``save()`` of a stored row and ``delete()`` raise :class:`AppendOnly`, the
