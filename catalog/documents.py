@@ -54,6 +54,8 @@ _VENDOR_FIELDS = (
     "base_url_setting",
     "credentials_env",
     "region",
+    "api_version",
+    "parameter_rules",
     "enabled",
     "notes",
 )

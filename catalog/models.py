@@ -23,6 +23,9 @@ class AdapterKind(models.TextChoices):
 
     OPENAI = "openai", "OpenAI-compatible"
     ANTHROPIC = "anthropic", "Anthropic Messages"
+    AZURE = "azure", "Azure OpenAI"
+    GEMINI = "gemini", "Google Gemini"
+    BEDROCK = "bedrock", "AWS Bedrock (Converse)"
 
 
 class Capability(models.TextChoices):
@@ -73,9 +76,13 @@ class Vendor(models.Model):
     ``credentials_env`` is the *name* of a setting / environment variable holding the API key
     (``OPENAI_API_KEY``), read at call time — never the secret. Empty: no credentials needed.
     ``base_url_setting`` optionally names a setting whose value overrides ``base_url`` (the
-    gpu-backend's ``INFRAI_GPU_BACKEND_URL``). ``verified_models`` are the upstream model ids the
-    vendor's own ``/models`` listed at the last successful probe; an offering is routable only
-    when its upstream model is among them.
+    gpu-backend's ``INFRAI_GPU_BACKEND_URL``). ``api_version``: the wire-format version the
+    adapter sends (Azure's ``api-version``, Anthropic's ``anthropic-version``; empty = the
+    adapter's default). ``parameter_rules``: request parameters this vendor is known to refuse
+    or ignore whatever the model, ``{parameter: {"support": "fails" | "no_effect", "source":
+    URL}}`` (the OpenAI-compatible hosts' presets). ``verified_models`` are the upstream model
+    ids the vendor's own model listing named at the last successful probe
+    (:mod:`catalog.probes`); an offering is routable only when its upstream model is among them.
     """
 
     name = models.SlugField(max_length=64, unique=True)
@@ -85,6 +92,8 @@ class Vendor(models.Model):
     base_url_setting = models.CharField(max_length=64, blank=True)
     credentials_env = models.CharField(max_length=64, blank=True)
     region = models.CharField(max_length=64, blank=True)
+    api_version = models.CharField(max_length=32, blank=True)
+    parameter_rules = models.JSONField(default=dict, blank=True)
     enabled = models.BooleanField(default=True)
     verified_models = models.JSONField(default=list, blank=True)
     verified_at = models.DateTimeField(null=True, blank=True)

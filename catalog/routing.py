@@ -404,6 +404,7 @@ def _candidate(item: _Eligible, request: RoutingRequest, score: int) -> Candidat
         base_url=offering.base_url,
         credentials_env=offering.credentials_env,
         region=offering.region,
+        api_version=offering.api_version,
         upstream_model=offering.upstream_model,
         model=item.model.model_id,
         price=item.price,

@@ -16,6 +16,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -64,6 +65,18 @@ def vendor_base_url(vendor: Vendor) -> str:
         if override:
             return str(override).rstrip("/")
     return vendor.base_url.rstrip("/")
+
+
+def vendor_parameter_rules(stored: Any) -> dict[str, Support]:
+    """A vendor's ``parameter_rules`` column as ``{parameter: support}`` (cells that are not a
+    mapping with a known ``support`` are left out; ``catalog.validation`` refuses them on
+    load)."""
+    rules: dict[str, Support] = {}
+    for parameter, cell in (stored or {}).items() if isinstance(stored, dict) else ():
+        support = cell.get("support") if isinstance(cell, dict) else cell
+        if isinstance(support, str) and support in Support._value2member_map_:
+            rules[str(parameter)] = Support(support)
+    return rules
 
 
 def price_snapshot(price: Price) -> PriceSnapshot:
@@ -134,6 +147,8 @@ def _vendor_view(vendor: Vendor) -> VendorView:
         credentials_env=vendor.credentials_env,
         credentials_configured=credentials_configured(vendor.credentials_env),
         region=vendor.region,
+        api_version=vendor.api_version,
+        parameter_rules=vendor_parameter_rules(vendor.parameter_rules),
         enabled=vendor.enabled,
         verified_models=frozenset(str(m) for m in vendor.verified_models or ()),
         verified_at=vendor.verified_at,
@@ -249,6 +264,7 @@ def build_snapshot(*, version: str = "") -> CatalogSnapshot:
                 base_url=vendor.base_url,
                 credentials_env=vendor.credentials_env,
                 region=vendor.region,
+                api_version=vendor.api_version,
                 upstream_model=offering.upstream_model,
                 priority=offering.priority,
                 prices=tuple(prices_by_offering[offering.pk]),

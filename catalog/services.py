@@ -17,13 +17,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from catalog import health
-from catalog.models import AdapterKind, Model, Offering, ParameterRule, Price, Vendor
+from catalog.models import Model, Offering, ParameterRule, Price, Vendor
+from catalog.probes import served_models
 from catalog.selectors import (
     VERSION_KEY,
     catalog_snapshot_forget,
     credentials_configured,
-    credentials_value,
-    vendor_base_url,
 )
 from catalog.types import Support
 from config import fastcache
@@ -148,30 +147,6 @@ class ProbeResult:
     unreachable: bool = False  # the call itself failed (worth retrying), not configuration
 
 
-def _probe_headers(vendor: Vendor) -> dict[str, str]:
-    secret = credentials_value(vendor.credentials_env)
-    if vendor.adapter_kind == AdapterKind.ANTHROPIC:
-        headers = {"anthropic-version": "2023-06-01"}
-        return {**headers, "x-api-key": secret} if secret else headers
-    return {"Authorization": f"Bearer {secret}"} if secret else {}
-
-
-def _fetch_models(vendor: Vendor, *, timeout_s: float) -> tuple[str, ...]:
-    response = httpx.get(
-        vendor_base_url(vendor) + "/models",
-        headers=_probe_headers(vendor),
-        params={"limit": 1000} if vendor.adapter_kind == AdapterKind.ANTHROPIC else None,
-        timeout=timeout_s,
-    )
-    response.raise_for_status()
-    data = response.json().get("data")
-    if not isinstance(data, list):
-        raise ValueError("the /models answer has no 'data' list")
-    return tuple(
-        sorted(str(item["id"]) for item in data if isinstance(item, dict) and "id" in item)
-    )
-
-
 def vendor_probe(*, vendor: Vendor, timeout_s: float = _PROBE_TIMEOUT_S) -> ProbeResult:
     """GET the vendor's ``/models``; record the verified model list and feed its health.
 
@@ -186,7 +161,7 @@ def vendor_probe(*, vendor: Vendor, timeout_s: float = _PROBE_TIMEOUT_S) -> Prob
         return ProbeResult(vendor.name, None, error)
     started = time.monotonic()
     try:
-        models = _fetch_models(vendor, timeout_s=timeout_s)
+        models = served_models(vendor, timeout_s=timeout_s)
     except (httpx.HTTPError, ValueError, KeyError) as exc:
         health.record_failure(vendor.name)
         error = f"{type(exc).__name__}: {exc}"[:500]

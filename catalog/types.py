@@ -106,6 +106,8 @@ class VendorView:
     credentials_env: str
     credentials_configured: bool
     region: str
+    api_version: str
+    parameter_rules: Mapping[str, Support]
     enabled: bool
     verified_models: frozenset[str]
     verified_at: datetime | None
@@ -152,8 +154,9 @@ DEFAULT_SUPPORT: Mapping[str, Support] = {
 @dataclass(frozen=True, slots=True)
 class OfferingAddress:
     """Where an offering is served: its vendor (by name), how to reach the vendor and which wire
-    format it speaks (``adapter_kind``), the name of its credentials setting, its region, and
-    the model's name there (``upstream_model``)."""
+    format it speaks (``adapter_kind``) and in which version (``api_version``, empty: the
+    adapter's default), the name of its credentials setting, its region, and the model's name
+    there (``upstream_model``)."""
 
     offering_id: int
     vendor: str
@@ -161,6 +164,7 @@ class OfferingAddress:
     base_url: str
     credentials_env: str
     region: str
+    api_version: str
     upstream_model: str
 
 

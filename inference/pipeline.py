@@ -91,6 +91,8 @@ def target_for(candidate: Candidate) -> VendorTarget:
         api_key=credentials_value(candidate.credentials_env) or None,
         connect_timeout_s=settings.INFRAI_VENDOR_CONNECT_TIMEOUT_S,
         read_timeout_s=settings.INFRAI_VENDOR_READ_TIMEOUT_S,
+        region=candidate.region,
+        api_version=candidate.api_version,
     )
 
 

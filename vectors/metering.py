@@ -74,6 +74,7 @@ def _platform(fee_nanos: int) -> Candidate:
         base_url="",
         credentials_env="",
         region="",
+        api_version="",
         upstream_model=MODEL,
         model=MODEL,
         price=PriceSnapshot(per_image_nanos={_FEE: fee_nanos}),

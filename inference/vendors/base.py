@@ -21,7 +21,13 @@ AudioStream = tuple[str, AsyncGenerator[bytes, None]]
 
 @dataclass(frozen=True, slots=True)
 class VendorTarget:
-    """Where and how to call one offering."""
+    """Where and how to call one offering.
+
+    ``api_key``: the secret as the vendor's credentials setting holds it (its shape is the
+    adapter's: a bearer key, or AWS credentials for Bedrock). ``region``: the vendor's region
+    (Bedrock signs for it). ``api_version``: the wire-format version to send (empty: the
+    adapter's default).
+    """
 
     vendor: str
     base_url: str
@@ -29,6 +35,8 @@ class VendorTarget:
     api_key: str | None = None
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 60.0
+    region: str = ""
+    api_version: str = ""
 
 
 class Adapter(Protocol):
