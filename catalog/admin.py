@@ -28,7 +28,7 @@ from django.utils import timezone
 from django.utils.html import format_html_join
 
 from catalog import guardrails, health
-from catalog.forms import USD_FIELD_NAMES, ModelForm, ParameterRuleForm, PriceForm
+from catalog.forms import USD_FIELD_NAMES, ModelForm, ParameterRuleForm, PriceForm, VendorForm
 from catalog.models import Model, Offering, Parameter, ParameterRule, Price, Vendor
 from catalog.selectors import build_snapshot, credentials_configured, vendor_base_url
 from catalog.services import Cell, catalog_changed, matrix_cells, matrix_update, vendor_probe
@@ -232,11 +232,13 @@ class PriceInline(NamedWidgets, PriceInUsd, admin.TabularInline):
 
 @admin.register(Vendor)
 class VendorAdmin(CatalogChangeMixin, NamedWidgets, admin.ModelAdmin):
+    form = VendorForm
     list_display = (
         "name",
         "adapter_kind",
         "region",
         "enabled",
+        "vendor_rules",
         "credentials",
         "circuit",
         "verified_at",
@@ -246,6 +248,7 @@ class VendorAdmin(CatalogChangeMixin, NamedWidgets, admin.ModelAdmin):
     search_fields = ("name", "display_name")
     readonly_fields = (
         "effective_base_url",
+        "vendor_rules",
         "credentials",
         "circuit",
         "verified_models",
@@ -255,6 +258,18 @@ class VendorAdmin(CatalogChangeMixin, NamedWidgets, admin.ModelAdmin):
     )
     actions = ("probe_now", "reset_circuit")
     inlines = (OfferingInline,)
+
+    @admin.display(description="parameter rules")
+    def vendor_rules(self, obj: Vendor) -> str:
+        """The vendor's refusals and ignored parameters, one phrase each (``-``: none)."""
+        rules = obj.parameter_rules if isinstance(obj.parameter_rules, dict) else {}
+        phrases = []
+        for parameter, cell in sorted(rules.items()):
+            support = cell.get("support", "?") if isinstance(cell, dict) else "?"
+            accepted = cell.get("accepted_values") if isinstance(cell, dict) else None
+            only = f" (only {', '.join(map(json.dumps, accepted))})" if accepted else ""
+            phrases.append(f"{parameter}: {support}{only}")
+        return "; ".join(phrases) or "-"
 
     @admin.display(description="credentials")
     def credentials(self, obj: Vendor) -> str:

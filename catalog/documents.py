@@ -4,7 +4,9 @@ Shape (see ``catalog/seed/catalog.yaml`` and ``docs/catalog.md``)::
 
     vendors:
       - {name, display_name, adapter_kind, base_url, base_url_setting, credentials_env,
-         region, enabled, notes, verified_models?}
+         region, api_version, enabled, notes, verified_models?,
+         parameter_rules: {<parameter>: {support: fails | no_effect, source: <docs URL>,
+                                         note?, accepted_values?}}}
     models:
       - id, display_name, owned_by, description, capabilities, tasks, context_window,
         max_output_tokens, default_output_tokens, embedding_dimensions, quality_tier, tokenizer,
@@ -15,6 +17,8 @@ Shape (see ``catalog/seed/catalog.yaml`` and ``docs/catalog.md``)::
             prices: [{effective_from, source, input_per_mtok_usd, cached_input_per_mtok_usd,
                       output_per_mtok_usd, per_image_usd: {"<size>/<quality>": usd},
                       per_mchar_usd, per_audio_second_usd}]
+    offerings:   # optional: offerings listed apart from their model (the hosted presets)
+      - model, vendor, upstream_model, priority, enabled, prices: [...]
 
 Prices are written as exact USD decimal *strings* (``"0.15"``) and stored as integer nano-USD;
 a float in a price is refused. Loading upserts by natural key (vendor name, model id,
@@ -42,6 +46,7 @@ from django.apps.registry import Apps
 from django.db import transaction
 from django.utils import timezone
 
+from catalog import validation
 from catalog.models import MODEL_FIELDS, USD_PRICES, Model, Offering, ParameterRule, Price, Vendor
 from money.usd import nanos_to_usd_str, usd_to_nanos
 
@@ -152,6 +157,9 @@ def catalog_load(document: Mapping[str, Any], *, apps: Apps | None = None) -> Lo
             if not isinstance(item, dict) or not item.get("name"):
                 raise CatalogDocumentError(f"{where}: a vendor needs a name")
             values = {k: item[k] for k in _VENDOR_FIELDS if k in item and item[k] is not None}
+            problems = validation.vendor_rules_problems(values.get("parameter_rules", {}))
+            if problems:
+                raise CatalogDocumentError(f"{where}.parameter_rules: {'; '.join(problems)}")
             vendor, _ = vendor_model.objects.update_or_create(
                 name=item["name"], defaults=_fields(vendor_model, values)
             )
@@ -193,6 +201,22 @@ def catalog_load(document: Mapping[str, Any], *, apps: Apps | None = None) -> Lo
                     price_model=price_model,
                 )
                 counts["offerings"] += 1
+        for i, spec in enumerate(document.get("offerings") or []):
+            where = f"offerings[{i}]"
+            model_id = spec.get("model") if isinstance(spec, dict) else None
+            served = model_model.objects.filter(model_id=model_id).first() if model_id else None
+            if served is None:
+                raise CatalogDocumentError(f"{where}: unknown model {model_id!r}")
+            counts["prices"] += _load_offering(
+                spec,
+                where=where,
+                model=served,
+                vendors=vendors,
+                vendor_model=vendor_model,
+                offering_model=offering_model,
+                price_model=price_model,
+            )
+            counts["offerings"] += 1
         _bump_version()
     return LoadResult(**counts)
 

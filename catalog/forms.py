@@ -9,7 +9,15 @@ from typing import Any
 from django import forms
 
 from catalog import validation
-from catalog.models import MODEL_FIELDS, USD_PRICES, Capability, Model, ParameterRule, Price
+from catalog.models import (
+    MODEL_FIELDS,
+    USD_PRICES,
+    Capability,
+    Model,
+    ParameterRule,
+    Price,
+    Vendor,
+)
 from money.usd import nanos_to_usd_str, usd_to_nanos
 
 
@@ -57,6 +65,46 @@ class ModelForm(forms.ModelForm):
         problems = validation.tasks_problems(value, known=self.known_tasks)
         if problems:
             raise forms.ValidationError(problems)
+        return value
+
+
+class VendorForm(forms.ModelForm):
+    """A vendor row; its ``parameter_rules`` are JSON checked like a catalog document's
+    (:func:`catalog.validation.vendor_rules_problems`: a known parameter, support ``fails`` or
+    ``no_effect``, and the vendor's documentation URL as ``source`` for every cell)."""
+
+    class Meta:
+        model = Vendor
+        fields = (
+            "name",
+            "display_name",
+            "adapter_kind",
+            "base_url",
+            "base_url_setting",
+            "credentials_env",
+            "region",
+            "api_version",
+            "parameter_rules",
+            "enabled",
+            "notes",
+        )
+        help_texts = {
+            "parameter_rules": (
+                'What this vendor refuses or ignores whatever the model, e.g. {"logit_bias": '
+                '{"support": "fails", "source": "https://…"}, "n": {"support": "fails", '
+                '"accepted_values": [1], "source": "https://…"}}. Refused: its offerings are '
+                "not used for a request that sets it; ignored: reported in ignored_params."
+            ),
+        }
+
+    def clean_parameter_rules(self) -> dict[str, Any]:
+        value = self.cleaned_data.get("parameter_rules")
+        if value in (None, ""):
+            return {}
+        problems = validation.vendor_rules_problems(value)
+        if problems:
+            raise forms.ValidationError(problems)
+        assert isinstance(value, dict)
         return value
 
 

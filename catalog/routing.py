@@ -20,6 +20,12 @@ Modes (the ``model`` field): ``auto`` (= ``prefer`` from ``extra_body``, default
 In every mode offerings on a half-open circuit (one trial request allowed) come after all the
 others, and offerings on an open circuit are left out.
 
+A vendor's own parameter rules (``Vendor.parameter_rules``: what an OpenAI-compatible host
+refuses or ignores whatever the model) apply per offering: a parameter the vendor *fails* makes
+that vendor's offerings unusable for the request (the other vendors of the model serve it; a
+pin to the vendor, or to a model only such vendors can serve now, answers 400 naming the
+parameter), one it ignores is reported in that candidate's ``ignored_params``.
+
 What the request needs is a filter, checked before anything is held: a feature (image input,
 tools, JSON ``response_format``), every matrix parameter it sets (a parameter that *fails*,
 or a value above the model's limit: ``n``, ``logit_bias`` token ids, ``dimensions``), and the
@@ -289,11 +295,19 @@ def _failing(model: ModelView, params: Mapping[str, Any]) -> list[str]:
     return [p for p, s in parameter_effects(model, params).items() if s is Support.FAILS]
 
 
-def _ignored(model: ModelView, params: Mapping[str, Any]) -> tuple[str, ...]:
-    """The parameters with no effect on ``model``: its matrix says so, or ``top_k`` without a
-    sampling ``temperature`` (greedy decoding, as when temperature is absent or below 0.001,
-    never looks past the most probable token)."""
+def _ignored(
+    model: ModelView,
+    params: Mapping[str, Any],
+    vendor_rules: Mapping[str, ParamRule] | None = None,
+) -> tuple[str, ...]:
+    """The parameters with no effect on ``model`` as one vendor serves it: the model's matrix
+    or the vendor's ``vendor_rules`` say so, or ``top_k`` without a sampling ``temperature``
+    (greedy decoding, as when temperature is absent or below 0.001, never looks past the most
+    probable token)."""
     ignored = {p for p, s in parameter_effects(model, params).items() if s is Support.NO_EFFECT}
+    for parameter, rule in (vendor_rules or {}).items():
+        if parameter in params and rule.effect(params[parameter]) is Support.NO_EFFECT:
+            ignored.add(parameter)
     if "top_k" in params and not _samples(params.get("temperature")):
         ignored.add("top_k")
     return tuple(sorted(ignored))
@@ -395,6 +409,64 @@ def _availability(
     return price, vendor_health, cost_nanos(price=price, usage=usage)
 
 
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """An offering left out because its vendor refuses ``param`` (whatever the model)."""
+
+    offering: OfferingView
+    model: ModelView
+    param: str
+    value: Any
+    rule: ParamRule
+
+    @property
+    def reason(self) -> str:
+        """The ``excluded`` phrase: ``vendor groq does not accept 'logit_bias'``."""
+        what = f"'{self.param}'"
+        if self.rule.accepted_values:
+            what += f" = {_shown(self.value)}"
+        return f"vendor {self.offering.vendor} does not accept {what}"
+
+
+def _vendor_refusal(
+    offering: OfferingView, model: ModelView, params: Mapping[str, Any]
+) -> _Refused | None:
+    """The first parameter of ``params`` (by name) that ``offering``'s vendor refuses, or
+    ``None`` when its vendor takes them all."""
+    for parameter in sorted(params):
+        rule = offering.vendor_rules.get(parameter)
+        if rule is not None and rule.effect(params[parameter]) is Support.FAILS:
+            return _Refused(offering, model, parameter, params[parameter], rule)
+    return None
+
+
+def _vendor_refusals_error(refused: list[_Refused], *, pinned_vendor: str | None) -> InvalidRequest:
+    """The 400 when the only offerings that could serve a request now are on vendors that
+    refuse one of its parameters: names the parameter the most of them refuse (ties: the
+    first), the vendors, and what to do instead."""
+    counts: dict[str, int] = {}
+    for r in refused:
+        counts[r.param] = counts.get(r.param, 0) + 1
+    param = max(counts, key=lambda p: counts[p])
+    blamed = [r for r in refused if r.param == param]
+    first = blamed[0]
+    vendors = ", ".join(dict.fromkeys(r.offering.vendor for r in blamed))
+    if first.rule.accepted_values:
+        accepted = " or ".join(repr(v) for v in first.rule.accepted_values)
+        what = f"'{param}' = {_shown(first.value)} (only {accepted} is accepted there)"
+        code = "invalid_value"
+    else:
+        what = f"the parameter '{param}'"
+        code = "unsupported_parameter"
+    if pinned_vendor is not None:
+        head = f"Vendor '{pinned_vendor}' does not accept {what} for model '{first.model.model_id}'"
+        hint = "remove it, or name the model without a vendor (or another vendor)"
+    else:
+        head = f"The vendors that can serve this request now ({vendors}) do not accept {what}"
+        hint = "remove it or change its value"
+    return InvalidRequest(f"{head}; {hint}.", code=code, param=param)
+
+
 def _candidate(item: _Eligible, request: RoutingRequest, score: int) -> Candidate:
     offering = item.offering
     return Candidate(
@@ -409,7 +481,7 @@ def _candidate(item: _Eligible, request: RoutingRequest, score: int) -> Candidat
         model=item.model.model_id,
         price=item.price,
         rules=item.model.rules,
-        ignored_params=_ignored(item.model, request.params),
+        ignored_params=_ignored(item.model, request.params, offering.vendor_rules),
         health=item.health.state,
         expected_cost_nanos=item.cost_nanos,
         quality_tier=item.model.quality_tier,
@@ -605,21 +677,30 @@ def _usable(
     model: ModelView,
     offerings: Iterable[OfferingView],
     *,
+    request: RoutingRequest,
     health: Mapping[str, VendorHealth],
     now: datetime,
     usage: Usage,
-) -> tuple[list[_Eligible], list[tuple[str, _Unusable]]]:
-    """``model``'s ``offerings`` split into those usable now and, labelled ``vendor/model``,
-    the others with why (in the given order)."""
+) -> tuple[list[_Eligible], list[tuple[str, _Unusable]], list[_Refused]]:
+    """``model``'s ``offerings`` split into those usable now, the others with why (labelled
+    ``vendor/model``, in the given order), and — among those others — the ones whose vendor
+    refuses a parameter of ``request`` (:func:`_vendor_refusal`)."""
     eligible: list[_Eligible] = []
     unusable: list[tuple[str, _Unusable]] = []
+    refused: list[_Refused] = []
     for offering in offerings:
+        label = f"{offering.vendor}/{model.model_id}"
+        refusal = _vendor_refusal(offering, model, request.params)
+        if refusal is not None:
+            refused.append(refusal)
+            unusable.append((label, _Unusable(refusal.reason, True)))
+            continue
         found = _availability(offering, health, now, usage)
         if isinstance(found, _Unusable):
-            unusable.append((f"{offering.vendor}/{model.model_id}", found))
+            unusable.append((label, found))
         else:
             eligible.append(_Eligible(model, offering, *found))
-    return eligible, unusable
+    return eligible, unusable, refused
 
 
 def _route_pinned(
@@ -645,9 +726,13 @@ def _route_pinned(
             code="model_not_found",
             param="model",
         )
-    eligible, unusable = _usable(model, offerings, health=health, now=now, usage=usage)
+    eligible, unusable, refused = _usable(
+        model, offerings, request=request, health=health, now=now, usage=usage
+    )
     excluded = [Exclusion(label, why.reason) for label, why in unusable]
     if not eligible:
+        if any(r.offering.routable or vendor_pin for r in refused):
+            raise _vendor_refusals_error(refused, pinned_vendor=vendor_pin)
         raise _unavailable(
             f"The model '{model.model_id}' cannot be served right now",
             unusable,
@@ -727,14 +812,23 @@ def _route_mode(
     ]
     eligible: list[_Eligible] = []
     unusable_now: list[tuple[str, _Unusable]] = []
+    refused_now: list[_Refused] = []
     for model in fitting:
-        usable, unusable = _usable(
-            model, snapshot.offerings_of(model.model_id), health=health, now=now, usage=usage
+        usable, unusable, refused = _usable(
+            model,
+            snapshot.offerings_of(model.model_id),
+            request=request,
+            health=health,
+            now=now,
+            usage=usage,
         )
         eligible += usable
         unusable_now += unusable
+        refused_now += refused
         excluded += [Exclusion(label, why.reason) for label, why in unusable]
     if not eligible:
+        if any(r.offering.routable for r in refused_now):
+            raise _vendor_refusals_error(refused_now, pinned_vendor=None)
         raise _unavailable(
             "No model can serve this request right now",
             unusable_now,

@@ -67,15 +67,21 @@ def vendor_base_url(vendor: Vendor) -> str:
     return vendor.base_url.rstrip("/")
 
 
-def vendor_parameter_rules(stored: Any) -> dict[str, Support]:
-    """A vendor's ``parameter_rules`` column as ``{parameter: support}`` (cells that are not a
-    mapping with a known ``support`` are left out; ``catalog.validation`` refuses them on
-    load)."""
-    rules: dict[str, Support] = {}
-    for parameter, cell in (stored or {}).items() if isinstance(stored, dict) else ():
-        support = cell.get("support") if isinstance(cell, dict) else cell
-        if isinstance(support, str) and support in Support._value2member_map_:
-            rules[str(parameter)] = Support(support)
+def vendor_parameter_rules(stored: Any) -> dict[str, ParamRule]:
+    """A vendor's ``parameter_rules`` column as ``{parameter: rule}`` (``support`` and, when
+    given, ``accepted_values``; the ``source`` and ``note`` are for people). A column that
+    :func:`catalog.validation.vendor_rules_problems` refuses never gets here:
+    :func:`build_snapshot` leaves such a vendor out."""
+    rules: dict[str, ParamRule] = {}
+    for parameter, cell in stored.items() if isinstance(stored, dict) else ():
+        if not isinstance(cell, dict) or cell.get("support") not in Support.values:
+            continue
+        accepted = cell.get("accepted_values") or ()
+        rules[str(parameter)] = ParamRule(
+            str(parameter),
+            Support(cell["support"]),
+            tuple(accepted) if isinstance(accepted, list) else (),
+        )
     return rules
 
 
@@ -219,14 +225,17 @@ def build_snapshot(*, version: str = "") -> CatalogSnapshot:
     malformed price …) is left out — a model without its bad row's offerings, an offering
     without its bad price — and named in the snapshot's ``problems`` and the log, so one bad
     row written past the admin's checks cannot fail every ``/v1`` call. Leaving out a bad
-    *cell* would route to a model whose limits are unknown, so its whole model is left out.
+    *cell* would route to a model whose limits are unknown, so its whole model is left out;
+    likewise a vendor with a malformed ``parameter_rules`` cell (a refusal it could lose).
     """
     skipped = _Skipped()
     vendors: dict[str, VendorView] = {}
     for vendor_row in Vendor.objects.all():
-        if vendor_row.adapter_kind not in validation.KNOWN_ADAPTERS:
-            problem = f"unknown adapter {vendor_row.adapter_kind!r}"
-            skipped.add(f"vendor {vendor_row.name}", [problem])
+        problems = validation.vendor_row_problems(
+            adapter_kind=vendor_row.adapter_kind, parameter_rules=vendor_row.parameter_rules
+        )
+        if problems:
+            skipped.add(f"vendor {vendor_row.name}", problems)
             continue
         vendors[vendor_row.name] = _vendor_view(vendor_row)
     rules_by_model: dict[int, list[ParameterRule]] = defaultdict(list)
@@ -271,6 +280,7 @@ def build_snapshot(*, version: str = "") -> CatalogSnapshot:
                 unroutable_reason=unroutable.reason if unroutable else None,
                 unroutable_detail=unroutable.detail if unroutable else "",
                 unroutable_permanent=unroutable.permanent if unroutable else False,
+                vendor_rules=vendor.parameter_rules,
             )
         )
     for problem in skipped.problems:

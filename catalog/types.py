@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -98,7 +98,13 @@ class VendorHealth:
 
 @dataclass(frozen=True, slots=True)
 class VendorView:
-    """A vendor as the routing snapshot knows it (credentials resolved to configured/not)."""
+    """A vendor as the routing snapshot knows it (credentials resolved to configured/not).
+
+    ``parameter_rules``: the request parameters this vendor refuses (``FAILS``: its offerings
+    are not used for a request that sets one) or ignores (``NO_EFFECT``: reported in the
+    response's ``ignored_params``) whatever the model — cells the same shape as a model's
+    matrix (``accepted_values``: the values it does take, Groq's ``n`` of 1).
+    """
 
     name: str
     adapter_kind: str
@@ -107,7 +113,7 @@ class VendorView:
     credentials_configured: bool
     region: str
     api_version: str
-    parameter_rules: Mapping[str, Support]
+    parameter_rules: Mapping[str, ParamRule]
     enabled: bool
     verified_models: frozenset[str]
     verified_at: datetime | None
@@ -179,6 +185,8 @@ class OfferingView(OfferingAddress):
     credentials, no price), so a refusal because of it must not be retried by clients; a
     vendor not verified yet (its first probe still pending) is not permanent. Circuit health is
     not part of it: that changes per call and is passed to routing separately.
+    ``vendor_rules``: the vendor's own parameter rules (:attr:`VendorView.parameter_rules`),
+    which routing applies on top of the model's matrix for this offering only.
     """
 
     model_id: str
@@ -187,6 +195,7 @@ class OfferingView(OfferingAddress):
     unroutable_reason: str | None
     unroutable_detail: str = ""
     unroutable_permanent: bool = False
+    vendor_rules: Mapping[str, ParamRule] = field(default_factory=dict)
 
     @property
     def routable(self) -> bool:

@@ -82,6 +82,60 @@ def cell_problems(
     return problems
 
 
+# What a vendor-level rule may say: only the deviations (honoured is every parameter's default).
+VENDOR_RULE_SUPPORTS: frozenset[str] = frozenset({Support.FAILS.value, Support.NO_EFFECT.value})
+_VENDOR_CELL_KEYS = frozenset({"support", "source", "note", "accepted_values"})
+
+
+def vendor_rules_problems(value: Any, *, need_sources: bool = True) -> list[str]:
+    """Problems of a vendor's ``parameter_rules``: a mapping ``{parameter: cell}``, each cell
+    ``{"support": "fails" | "no_effect", "source": "https://…", "note"?: str,
+    "accepted_values"?: [values it does take]}`` for a known matrix parameter.
+
+    ``need_sources``: whether every cell must name the documentation it comes from (the
+    catalog document and the admin: yes; the routing snapshot checks only what routing reads,
+    so a missing source never takes a vendor out of routing).
+    """
+    if not isinstance(value, Mapping):
+        return ['parameter rules must be a mapping like {"n": {"support": "fails", ...}}']
+    problems = []
+    for parameter, cell in value.items():
+        where = f"rule {parameter!r}"
+        if parameter not in KNOWN_PARAMETERS:
+            problems.append(
+                f"{where}: unknown parameter; known: {', '.join(sorted(KNOWN_PARAMETERS))}"
+            )
+            continue
+        if not isinstance(cell, Mapping):
+            problems.append(f"{where}: write a mapping with support and source")
+            continue
+        support = cell.get("support")
+        if support not in VENDOR_RULE_SUPPORTS:
+            problems.append(f"{where}: support {support!r} unknown; use fails or no_effect")
+        unknown = sorted(set(cell) - _VENDOR_CELL_KEYS)
+        if unknown:
+            problems.append(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}")
+        if not isinstance(cell.get("accepted_values", []), list):
+            problems.append(f"{where}: accepted_values must be a JSON list, like [1]")
+        if not isinstance(cell.get("note", ""), str):
+            problems.append(f"{where}: the note must be text")
+        source = cell.get("source")
+        if need_sources and not (
+            isinstance(source, str) and source.startswith(("https://", "http://"))
+        ):
+            problems.append(f"{where}: a source URL (the vendor's documentation) is required")
+    return problems
+
+
+def vendor_row_problems(*, adapter_kind: Any, parameter_rules: Any) -> list[str]:
+    """The problems that keep a vendor row out of routing: an adapter kind no module speaks,
+    or parameter rules routing cannot read (their sources are not checked here)."""
+    problems = []
+    if adapter_kind not in KNOWN_ADAPTERS:
+        problems.append(f"unknown adapter {adapter_kind!r}")
+    return problems + vendor_rules_problems(parameter_rules, need_sources=False)
+
+
 def per_image_problems(value: Any) -> list[str]:
     """Problems of a price's ``per_image_nanos`` (``{"<size>/<quality>": nanos}``)."""
     if not isinstance(value, Mapping):

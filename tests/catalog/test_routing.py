@@ -218,6 +218,7 @@ def test_vendor_pin_restricts_to_that_vendor(make_routable: MakeRoutable):
                     "name": "azure",
                     "adapter_kind": "openai",
                     "base_url": "http://127.0.0.1:9/v1",
+                    "credentials_env": "",  # the seed's azure preset needs a key
                     "verified_models": ["gpt-4o-mini"],
                 }
             ],
