@@ -59,6 +59,7 @@ from inference.http import ApiRequest, on_unlogged_failure
 from inference.models import RequestLog, RequestStatus, UsageSource
 from inference.usage import Billed
 from inference.vendors import Adapter, VendorTarget, adapter_for
+from inference.vendors import fetch as image_fetch
 from inference.vendors import http as vendor_http
 from inference.vendors.errors import VendorError, VendorLoading, VendorRejected, VendorTimeout
 from money.pricing import Usage, cost_nanos
@@ -631,8 +632,9 @@ async def drain(*, grace_s: float) -> int:
 
 
 async def close_clients() -> None:
-    """Close this loop's vendor HTTP session and database pool (after :func:`drain`)."""
+    """Close this loop's vendor HTTP sessions and database pool (after :func:`drain`)."""
     await vendor_http.close()
+    await image_fetch.close()
     await adb.close()
 
 

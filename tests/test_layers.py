@@ -156,3 +156,18 @@ def test_money_needs_nothing_but_the_standard_library() -> None:
         if imported.split(".")[0] not in {"money", "__future__", *sys.stdlib_module_names}
     )
     assert not outside, outside
+
+
+def test_vendor_adapters_take_only_wire_facts_from_the_catalog() -> None:
+    """``inference.vendors`` translates wire formats: of the catalog it may read the facts it
+    shares with the probe (``catalog.vendor_wire``), never the catalog's models or routing."""
+    reaching = sorted(
+        (module, imported)
+        for module, imported in _all_imports()
+        if _within(module, "inference.vendors")
+        and _within(imported, "catalog")
+        and not _within(imported, "catalog.vendor_wire")
+    )
+    assert reaching == []
+    wire = [imported for module, imported in _all_imports() if module == "catalog.vendor_wire"]
+    assert not any(_layer_of(imported) for imported in wire)  # nothing of ours

@@ -180,6 +180,12 @@ INFRAI_MAX_UPLOAD_BYTES = env.int("INFRAI_MAX_UPLOAD_BYTES", default=25 * 1024 *
 INFRAI_PUBLIC_BASE_URL = env("INFRAI_PUBLIC_BASE_URL", default="http://127.0.0.1:8000/v1")
 # The platform's own GPU backend (an OpenAI-compatible server).
 INFRAI_GPU_BACKEND_URL = env("INFRAI_GPU_BACKEND_URL", default="http://127.0.0.1:8001/v1")
+# Base URLs of vendors whose address is the deployment's own (a catalog vendor's
+# base_url_setting; empty: the vendor row's base_url): an Azure OpenAI resource
+# (https://<resource>.openai.azure.com) and self-hosted vLLM / SGLang servers (…/v1).
+AZURE_OPENAI_BASE_URL = env("AZURE_OPENAI_BASE_URL", default="")
+INFRAI_VLLM_URL = env("INFRAI_VLLM_URL", default="")
+INFRAI_SGLANG_URL = env("INFRAI_SGLANG_URL", default="")
 INFRAI_MODEL_CACHE_DIR = Path(env("INFRAI_MODEL_CACHE_DIR", default=str(DATA_DIR / "models")))
 
 STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY", default="")
@@ -195,6 +201,9 @@ INFRAI_TOPUP_MAX_USD = env.int("INFRAI_TOPUP_MAX_USD", default=1000)
 INFRAI_VENDOR_CONNECT_TIMEOUT_S = env.float("INFRAI_VENDOR_CONNECT_TIMEOUT_S", default=5.0)
 # Longest silence accepted from a vendor (before the answer, or between two streamed chunks).
 INFRAI_VENDOR_READ_TIMEOUT_S = env.float("INFRAI_VENDOR_READ_TIMEOUT_S", default=120.0)
+# Image URLs the gateway fetches for vendors that take only bytes (inference/vendors/fetch.py)
+# reach public addresses only; True lets them reach loopback and private ones too.
+INFRAI_FETCH_PRIVATE_URLS = env.bool("INFRAI_FETCH_PRIVATE_URLS", default=False)
 # The output cap assumed for a chat request without max_tokens to a model whose catalog entry
 # states no output limit (the hold then covers this many tokens per choice).
 INFRAI_DEFAULT_MAX_TOKENS = env.int("INFRAI_DEFAULT_MAX_TOKENS", default=4096)

@@ -6,13 +6,19 @@
 from __future__ import annotations
 
 from inference.vendors.anthropic import AnthropicAdapter
+from inference.vendors.azure import AzureOpenAIAdapter
 from inference.vendors.base import Adapter, VendorTarget
+from inference.vendors.bedrock import BedrockAdapter
 from inference.vendors.errors import VendorError
+from inference.vendors.gemini import GeminiAdapter
 from inference.vendors.openai_compat import OpenAICompatibleAdapter
 
 _ADAPTERS: dict[str, Adapter] = {
     "openai": OpenAICompatibleAdapter(),
     "anthropic": AnthropicAdapter(),
+    "bedrock": BedrockAdapter(),
+    "gemini": GeminiAdapter(),
+    "azure": AzureOpenAIAdapter(),
 }
 
 

@@ -12,7 +12,14 @@ from collections.abc import AsyncGenerator
 from typing import Any, NoReturn
 
 from inference.vendors import errors, http
-from inference.vendors.base import JSON, AudioStream, FileUpload, FormFields, VendorTarget
+from inference.vendors.base import (
+    JSON,
+    AudioStream,
+    FileUpload,
+    FormFields,
+    VendorTarget,
+    portable_tool_ids,
+)
 from inference.vendors.sse import events
 
 API_VERSION = "2023-06-01"
@@ -86,7 +93,7 @@ def to_anthropic(payload: JSON, *, model: str, stream: bool) -> JSON:
         else:
             messages.append({"role": role, "content": blocks})
 
-    for message in payload["messages"]:
+    for message in portable_tool_ids(payload["messages"]):
         role = message["role"]
         if role in ("system", "developer"):
             system.append(_text_of(message.get("content")))

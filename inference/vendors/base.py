@@ -6,6 +6,8 @@ both ways with pure functions; the HTTP call is a thin shell around them.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -67,3 +69,45 @@ class Adapter(Protocol):
     ) -> JSON | str:
         """A transcription of ``file``, with the form ``fields`` sent beside it."""
         ...
+
+
+# What every vendor takes as a tool-call id: OpenAI caps ids at 40 characters; Anthropic and
+# Bedrock allow letters, digits, ``_`` and ``-`` only.
+_PORTABLE_ID = re.compile(r"[A-Za-z0-9_-]{1,40}")
+
+
+def portable_tool_id(call_id: str) -> str:
+    """``call_id`` when every vendor accepts it as it is, else ``call_`` and 32 hex digits of
+    its SHA-256: the same id always maps to the same one, so a tool call and its result still
+    match. (Ids another vendor minted — Gemini's carry a thought signature — can be long.)"""
+    if _PORTABLE_ID.fullmatch(call_id):
+        return call_id
+    return "call_" + hashlib.sha256(call_id.encode()).hexdigest()[:32]
+
+
+def portable_tool_ids(messages: list[JSON]) -> list[JSON]:
+    """``messages`` with every tool-call id and ``tool_call_id`` made portable
+    (:func:`portable_tool_id`); the same list when none needs it."""
+    if all(
+        _PORTABLE_ID.fullmatch(str(call.get("id") or "x"))
+        for m in messages
+        for call in (m.get("tool_calls") or ())
+        if isinstance(call, dict)
+    ) and all(
+        _PORTABLE_ID.fullmatch(str(m.get("tool_call_id") or "x"))
+        for m in messages
+        if isinstance(m, dict)
+    ):
+        return messages
+    out: list[JSON] = []
+    for message in messages:
+        if message.get("tool_calls"):
+            calls = [
+                {**c, "id": portable_tool_id(str(c.get("id") or ""))} if isinstance(c, dict) else c
+                for c in message["tool_calls"]
+            ]
+            message = {**message, "tool_calls": calls}
+        if message.get("tool_call_id") is not None:
+            message = {**message, "tool_call_id": portable_tool_id(str(message["tool_call_id"]))}
+        out.append(message)
+    return out

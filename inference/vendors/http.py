@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import yarl
 
 from config import jsonio
 from inference.vendors import errors
@@ -68,8 +69,11 @@ def _timeout(target: VendorTarget) -> aiohttp.ClientTimeout:
     )
 
 
-def _url(target: VendorTarget, path: str) -> str:
-    return target.base_url.rstrip("/") + "/" + path
+def _url(target: VendorTarget, path: str, *, encoded: bool = False) -> str | yarl.URL:
+    """The URL of ``path`` at ``target``; ``encoded``: the path is percent-encoded already and
+    goes out byte for byte (a signature covers it: yarl would otherwise decode ``%3A``)."""
+    url = target.base_url.rstrip("/") + "/" + path
+    return yarl.URL(url, encoded=True) if encoded else url
 
 
 def _headers(auth: Mapping[str, str] | None) -> dict[str, str]:
@@ -106,10 +110,14 @@ async def request(
     auth: Mapping[str, str] | None = None,
     json_body: Any = None,
     form: aiohttp.FormData | None = None,
+    encoded: bool = False,
 ) -> VendorResponse:
-    """Send one request to ``target`` (``path`` relative to its base URL) and read the whole
-    answer. Transport failures raise :class:`VendorError`; any HTTP status is returned."""
-    async with stream(target, method, path, auth=auth, json_body=json_body, form=form) as response:
+    """Send one request to ``target`` (``path`` relative to its base URL; ``encoded``: see
+    :func:`stream`) and read the whole answer. Transport failures raise :class:`VendorError`;
+    any HTTP status is returned."""
+    async with stream(
+        target, method, path, auth=auth, json_body=json_body, form=form, encoded=encoded
+    ) as response:
         return await response.read()
 
 
@@ -173,9 +181,12 @@ async def stream(
     auth: Mapping[str, str] | None = None,
     json_body: Any = None,
     form: aiohttp.FormData | None = None,
+    encoded: bool = False,
 ) -> AsyncIterator[VendorStream]:
     """Send one request and yield its answer unread; leaving the block closes the connection
-    (a vendor still sending is cut off, so an abandoned stream stops costing)."""
+    (a vendor still sending is cut off, so an abandoned stream stops costing). ``encoded``:
+    ``path`` is percent-encoded already and is sent as is (Bedrock signs its model ids'
+    ``%3A``)."""
     headers = _headers(auth)
     data: aiohttp.FormData | bytes | None = form
     if json_body is not None:  # encoded by orjson (aiohttp's json= uses the standard library)
@@ -183,7 +194,11 @@ async def stream(
         headers["content-type"] = "application/json"
     with errors.translate(target.vendor):
         response = await session().request(
-            method, _url(target, path), data=data, headers=headers, timeout=_timeout(target)
+            method,
+            _url(target, path, encoded=encoded),
+            data=data,
+            headers=headers,
+            timeout=_timeout(target),
         )
     try:
         yield VendorStream(target, response)

@@ -9,7 +9,14 @@ import aiohttp
 
 from config import jsonio
 from inference.vendors import errors, http
-from inference.vendors.base import JSON, AudioStream, FileUpload, FormFields, VendorTarget
+from inference.vendors.base import (
+    JSON,
+    AudioStream,
+    FileUpload,
+    FormFields,
+    VendorTarget,
+    portable_tool_ids,
+)
 from inference.vendors.sse import events
 
 
@@ -41,8 +48,11 @@ def _raise_for_status(target: VendorTarget, response: http.VendorResponse) -> No
 
 
 def chat_payload(target: VendorTarget, payload: JSON, *, stream: bool) -> JSON:
-    """The request body for the vendor: its model name; usage always asked for on streams."""
+    """The request body for the vendor: its model name; usage always asked for on streams;
+    tool-call ids every vendor accepts (:func:`~inference.vendors.base.portable_tool_ids`)."""
     body = {**payload, "model": target.upstream_model, "stream": stream}
+    if "messages" in payload:
+        body["messages"] = portable_tool_ids(payload["messages"])
     if stream:
         body["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}
     else:
@@ -60,11 +70,35 @@ def _json(target: VendorTarget, response: http.VendorResponse) -> Any:
 
 
 class OpenAICompatibleAdapter:
-    """Adapter for any server that speaks OpenAI's HTTP API."""
+    """Adapter for any server that speaks OpenAI's HTTP API.
 
-    async def _post_json(self, target: VendorTarget, path: str, body: JSON) -> Any:
-        response = await http.request(target, "POST", path, auth=_auth(target), json_body=body)
+    A dialect of it (Azure OpenAI) overrides the hooks: :meth:`auth_headers` (how the key is
+    sent), :meth:`path` (where an operation lives under the base URL) and
+    :meth:`raise_for_status` (how an error answer becomes a ``VendorError``).
+    """
+
+    def auth_headers(self, target: VendorTarget) -> dict[str, str]:
+        """The headers that carry ``target``'s key (a bearer token; none without a key)."""
+        return _auth(target)
+
+    def path(self, target: VendorTarget, operation: str) -> str:
+        """The request path, relative to the base URL, of ``operation`` (``chat/completions``,
+        ``embeddings`` …) for ``target``."""
+        return operation
+
+    def raise_for_status(self, target: VendorTarget, response: http.VendorResponse) -> None:
+        """Raise the ``VendorError`` for an error status (4xx/5xx); return on success."""
         _raise_for_status(target, response)
+
+    async def _post_json(self, target: VendorTarget, operation: str, body: JSON) -> Any:
+        response = await http.request(
+            target,
+            "POST",
+            self.path(target, operation),
+            auth=self.auth_headers(target),
+            json_body=body,
+        )
+        self.raise_for_status(target, response)
         return _json(target, response)
 
     async def chat(self, target: VendorTarget, payload: JSON) -> JSON:
@@ -81,12 +115,12 @@ class OpenAICompatibleAdapter:
         async with http.stream(
             target,
             "POST",
-            "chat/completions",
-            auth=_auth(target),
+            self.path(target, "chat/completions"),
+            auth=self.auth_headers(target),
             json_body=chat_payload(target, payload, stream=True),
         ) as response:
             if response.status >= 400:
-                _raise_for_status(target, await response.read())
+                self.raise_for_status(target, await response.read())
             async for _event, data in events(response.lines()):
                 if data.strip() == "[DONE]":
                     return
@@ -123,14 +157,14 @@ class OpenAICompatibleAdapter:
         opened = http.stream(
             target,
             "POST",
-            "audio/speech",
-            auth=_auth(target),
+            self.path(target, "audio/speech"),
+            auth=self.auth_headers(target),
             json_body={**payload, "model": target.upstream_model},
         )
         response = await opened.__aenter__()
         if response.status >= 400:
             try:
-                _raise_for_status(target, await response.read())
+                self.raise_for_status(target, await response.read())
             finally:
                 await opened.__aexit__(None, None, None)
 
@@ -154,9 +188,13 @@ class OpenAICompatibleAdapter:
         filename, content, content_type = file
         form.add_field("file", content, filename=filename, content_type=content_type)
         response = await http.request(
-            target, "POST", "audio/transcriptions", auth=_auth(target), form=form
+            target,
+            "POST",
+            self.path(target, "audio/transcriptions"),
+            auth=self.auth_headers(target),
+            form=form,
         )
-        _raise_for_status(target, response)
+        self.raise_for_status(target, response)
         if response.content_type.startswith("application/json"):
             return _json(target, response)  # type: ignore[no-any-return]
         return response.text

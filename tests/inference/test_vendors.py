@@ -246,3 +246,67 @@ def test_the_vendor_session_caps_no_connections():
             await http.close()
 
     assert asyncio.run(connector_limits()) == (0, 0)
+
+
+# --- tool-call ids that cross vendors -------------------------------------------------------
+# A Gemini call id carries its thought signature (base64: '+', '/', '='), far over OpenAI's 40.
+GEMINI_ID = "call_0123456789abcdef01234567__thought__" + "Q2lnbmF0dXJl+/=" * 20
+TOOL_HISTORY = [
+    {"role": "user", "content": "weather?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": GEMINI_ID, "type": "function",
+             "function": {"name": "weather", "arguments": "{}"}},
+            {"id": "call_short", "type": "function",
+             "function": {"name": "time", "arguments": "{}"}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": GEMINI_ID, "content": "sunny"},
+    {"role": "tool", "tool_call_id": "call_short", "content": "noon"},
+]  # fmt: skip
+
+
+def test_portable_tool_ids_keep_good_ids_and_map_others_the_same_way_every_time():
+    from inference.vendors.base import portable_tool_id, portable_tool_ids
+
+    assert portable_tool_id("call_short") == "call_short"
+    mapped = portable_tool_id(GEMINI_ID)
+    assert mapped == portable_tool_id(GEMINI_ID) and len(mapped) <= 40
+    assert mapped.startswith("call_") and mapped.replace("_", "").isalnum()
+    assert portable_tool_id("x" * 41) != "x" * 41 and portable_tool_id("a.b") != "a.b"
+    clean = [{"role": "user", "content": "hi"}]
+    assert portable_tool_ids(clean) is clean
+    out = portable_tool_ids(TOOL_HISTORY)
+    assert [c["id"] for c in out[1]["tool_calls"]] == [mapped, "call_short"]
+    assert [m["tool_call_id"] for m in out[2:]] == [mapped, "call_short"]
+    assert TOOL_HISTORY[2]["tool_call_id"] == GEMINI_ID  # the caller's list is not changed
+
+
+def test_every_other_wire_format_gets_ids_it_accepts_and_gemini_gets_signatures():
+    """A conversation begun on Gemini fails over (or moves) to OpenAI, Anthropic or Bedrock:
+    each receives ids within its rules, a call still matching its result; back on Gemini, its
+    own call carries its signature and a foreign one the documented placeholder."""
+    from inference.vendors import bedrock, gemini
+    from inference.vendors.openai_compat import chat_payload
+
+    payload = {"model": "m", "messages": TOOL_HISTORY}
+    sent = chat_payload(TARGET, payload, stream=False)["messages"]
+    assert sent[1]["tool_calls"][0]["id"] == sent[2]["tool_call_id"] != GEMINI_ID
+    assert all(len(c["id"]) <= 40 for c in sent[1]["tool_calls"])
+
+    body = anthropic.to_anthropic(payload, model="claude", stream=False)
+    uses = [b["id"] for b in body["messages"][1]["content"] if b["type"] == "tool_use"]
+    results = [b["tool_use_id"] for b in body["messages"][2]["content"]]
+    assert uses == results and all(len(i) <= 40 and "+" not in i for i in uses)
+
+    converse = bedrock.to_converse(payload, model="anthropic.claude")
+    ids = [b["toolUse"]["toolUseId"] for b in converse["messages"][1]["content"]]
+    assert ids == [b["toolResult"]["toolUseId"] for b in converse["messages"][2]["content"]]
+    assert all(len(i) <= 40 and "/" not in i for i in ids)
+
+    contents = gemini.to_gemini(payload)["contents"]
+    calls = [p for p in contents[1]["parts"] if "functionCall" in p]
+    assert calls[0]["thoughtSignature"] == GEMINI_ID.partition(gemini.SIGNATURE_MARK)[2]
+    assert calls[1]["thoughtSignature"] == gemini.FOREIGN_CALL_SIGNATURE
