@@ -90,10 +90,7 @@ async def upsert(request: ApiRequest) -> Response:
         collection = services.collection_find_or_create(
             organization_id=key.organization_id, project_id=key.project_id, name=name
         )
-        if model and not collection.embedding_model:
-            Collection.objects.filter(pk=collection.pk, embedding_model="").update(
-                embedding_model=model
-            )
+        services.embedding_model_pin(collection=collection, model=model)
         param = "model" if model else "vectors[0]"
         services.vectors_write(collection=collection, items=items, param=param)
         return collection

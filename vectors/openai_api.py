@@ -3,97 +3,49 @@
 So that ``client.files.create(purpose="assistants")``, ``client.vector_stores.create()``,
 ``client.vector_stores.files.create()`` and ``client.vector_stores.search()`` of the official
 SDKs work, with OpenAI's response shapes. A vector store is a collection named by its id
-(``vs_…``). Attaching a file chunks its text (paragraphs packed whole up to the chunk size,
-longer ones cut with OpenAI's static strategy: default 800 tokens, 400 overlap, in cl100k
-tokens), embeds the chunks through ``/v1/embeddings`` (billed there) and writes them as
-vectors ``<file id>#<n>`` whose metadata are the file's ``attributes`` plus
+(``vs_…``). Attaching a file chunks its text (:mod:`vectors.chunking`: paragraphs packed whole
+up to the chunk size, longer ones cut with OpenAI's static strategy: default 800 tokens, 400
+overlap, in cl100k tokens), embeds the chunks through ``/v1/embeddings`` (billed there) and
+writes them as vectors ``<file id>#<n>`` whose metadata are the file's ``attributes`` plus
 ``_file_id`` / ``_filename``. The work is done before the answer, so the file comes back
 ``completed`` (or ``failed`` with ``last_error`` for a file that is not UTF-8 text). A search
 is a billed query (:func:`vectors.flows.search`). Uploads are metered writes (a wallet that
 cannot pay a GB-day of the file gets a 402) within the organization's storage quota; files'
 bytes, quota and listing are :mod:`vectors.files`.
+
+This module is the surface only: it parses requests, renders OpenAI's shapes and registers
+the routes. Writes are :mod:`vectors.services`' (the links of files to stores included),
+reads of the links :mod:`vectors.selectors`'.
 """
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-import tiktoken
-from django.db.models import Count, Q
-
 from config.db import db_async
-from config.errors import InvalidRequest, NotFound, invalid_type, missing_param
-from inference import multipart, tokens
+from config.errors import InvalidRequest, invalid_type, missing_param
+from inference import multipart
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
-from vectors import files, metering, services, validation
+from vectors import chunking, files, metering, selectors, services, validation
 from vectors.embedding import embed_texts
 from vectors.flows import deposit_for, deposit_for_bytes, embedding_model_for, search
-from vectors.models import Collection, FileStatus, StoredFile, VectorStoreFile
-from vectors.store import Item, item_bytes
+from vectors.models import Collection, StoredFile, VectorStoreFile
+from vectors.services import FILE_ID, FILENAME
+from vectors.store import Item
 
 PURPOSES = ("assistants", "user_data", "batch", "fine-tune", "vision", "evals")
-DEFAULT_CHUNK_TOKENS = 800
-DEFAULT_OVERLAP_TOKENS = 400
 MAX_CHUNKS = validation.MAX_BATCH
 MAX_SEARCH_RESULTS = 50
-FILE_ID = "_file_id"
-FILENAME = "_filename"
 
 
-@functools.cache
-def _encoding() -> tiktoken.Encoding:
-    return tiktoken.get_encoding(tokens.ENCODING)
-
-
-def _windows(ids: list[int], max_tokens: int, overlap: int) -> list[list[int]]:
-    """Token windows of ``max_tokens``, each ``max_tokens - overlap`` after the previous."""
-    step = max_tokens - overlap
-    out = []
-    for start in range(0, len(ids), step):
-        out.append(ids[start : start + max_tokens])
-        if start + max_tokens >= len(ids):
-            break
-    return out
-
-
-def chunk_text(text: str, *, max_tokens: int, overlap: int) -> list[str]:
-    """``text`` as chunks of at most ``max_tokens`` cl100k tokens.
-
-    Paragraphs (split on blank lines) are packed whole into chunks while they fit, so a chunk
-    does not cut a paragraph it could hold; a paragraph longer than ``max_tokens`` is cut into
-    windows that overlap by ``overlap`` tokens (OpenAI's static strategy).
-    """
-    enc = _encoding()
-    chunks: list[str] = []
-    pending: list[int] = []
-    for paragraph in re.split(r"\n\s*\n", text):
-        ids = enc.encode(paragraph.strip(), disallowed_special=())
-        if not ids:
-            continue
-        joined = pending + enc.encode("\n\n") + ids if pending else ids
-        if len(joined) <= max_tokens:
-            pending = joined
-            continue
-        if pending:
-            chunks.append(enc.decode(pending))
-            pending = []
-        if len(ids) <= max_tokens:
-            pending = ids
-            continue
-        chunks.extend(enc.decode(w) for w in _windows(ids, max_tokens, overlap))
-    if pending:
-        chunks.append(enc.decode(pending))
-    return [c.strip() for c in chunks if c.strip()]
-
-
-def chunking(value: Any) -> tuple[int, int]:
-    """``chunking_strategy``: ``auto`` (800/400) or ``static`` with OpenAI's bounds."""
+def chunking_strategy(value: Any) -> tuple[int, int]:
+    """``chunking_strategy`` as ``(max_chunk_size_tokens, chunk_overlap_tokens)``: ``auto``
+    (or absent) is 800/400; ``static`` takes a size of 100-4096 and an overlap of at most half
+    of it, else a 400 naming the field."""
     if value is None or (isinstance(value, dict) and value.get("type") == "auto"):
-        return DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS
+        return chunking.DEFAULT_CHUNK_TOKENS, chunking.DEFAULT_OVERLAP_TOKENS
     if not isinstance(value, dict) or value.get("type") != "static":
         raise invalid_type("chunking_strategy", "{'type': 'auto'} or {'type': 'static', …}")
     static = value.get("static")
@@ -132,16 +84,6 @@ def file_json(f: StoredFile) -> dict[str, Any]:
     }
 
 
-def _file_counts(c: Collection) -> dict[str, int]:
-    counts = VectorStoreFile.objects.filter(collection=c).aggregate(
-        total=Count("id"),
-        completed=Count("id", filter=Q(status=FileStatus.COMPLETED)),
-        failed=Count("id", filter=Q(status=FileStatus.FAILED)),
-        in_progress=Count("id", filter=Q(status=FileStatus.IN_PROGRESS)),
-    )
-    return {**counts, "cancelled": 0}
-
-
 def store_json(c: Collection) -> dict[str, Any]:
     """A collection as OpenAI's ``vector_store`` object (reads its file counts)."""
     created = int(c.created_at.timestamp())
@@ -151,7 +93,7 @@ def store_json(c: Collection) -> dict[str, Any]:
         "created_at": created,
         "name": c.title or c.name,
         "usage_bytes": c.size_bytes,
-        "file_counts": _file_counts(c),
+        "file_counts": selectors.store_file_counts(collection=c),
         "status": "completed",
         "expires_after": None,
         "expires_at": None,
@@ -315,7 +257,7 @@ async def stores_create(request: ApiRequest) -> Response:
     file_ids = data.get("file_ids") or []
     if not isinstance(file_ids, list) or not all(isinstance(f, str) for f in file_ids):
         raise invalid_type("file_ids", "an array of file ids")
-    size, overlap = chunking(data.get("chunking_strategy"))
+    size, overlap = chunking_strategy(data.get("chunking_strategy"))
     key = request.caller
     for i, file_id in enumerate(file_ids):  # 404 before anything is created
         await db_async(files.file_find)(
@@ -360,11 +302,7 @@ async def store_update(request: ApiRequest) -> Response:
 
     def update() -> dict[str, Any]:
         store = _store(request)
-        if title is not None:
-            store.title = title[:256]
-        if meta is not None:
-            store.metadata = meta
-        store.save(update_fields=["title", "metadata"])
+        services.collection_update(collection=store, title=title, metadata=meta)
         return store_json(store)
 
     return json_response(await db_async(update)())
@@ -385,37 +323,19 @@ async def _attach(
     size: int,
     overlap: int,
 ) -> tuple[VectorStoreFile, str]:
-    """Chunk, embed (billed) and write one file's text into ``store``."""
+    """Chunk, embed (billed) and write one file's text into ``store``: the link comes back
+    ``completed``, or ``failed`` (nothing embedded or written) for a file that gives no
+    chunks. 404 for a file the project does not have."""
     stored = await db_async(files.file_find)(project_id=request.caller.project_id, file_id=file_id)
-    link, _ = await db_async(VectorStoreFile.objects.update_or_create)(
-        collection=store,
-        file=stored,
-        defaults={
-            "status": FileStatus.IN_PROGRESS,
-            "attributes": attributes,
-            "chunking": {"max_chunk_size_tokens": size, "chunk_overlap_tokens": overlap},
-            "last_error": None,
-        },
+    link = await db_async(services.store_file_begin)(
+        collection=store, stored=stored, attributes=attributes, max_tokens=size, overlap=overlap
     )
     content = await db_async(files.file_content)(stored=stored)
-    try:
-        text = content.decode("utf-8").replace("\x00", "")
-    except UnicodeDecodeError:
-        text = None
-    chunks = chunk_text(text, max_tokens=size, overlap=overlap) if text else []
-    if not chunks or len(chunks) > MAX_CHUNKS:
-        why = (
-            "The file is not UTF-8 text."
-            if text is None
-            else "The file holds no text."
-            if not chunks
-            else f"The file makes more than {MAX_CHUNKS} chunks."
-        )
-        link.status, link.last_error = (
-            FileStatus.FAILED,
-            {"code": "unsupported_file", "message": why},
-        )
-        await db_async(link.save)()
+    chunks, why = chunking.chunk_file(
+        content, max_tokens=size, overlap=overlap, max_chunks=MAX_CHUNKS
+    )
+    if why is not None:
+        await db_async(services.store_file_fail)(link=link, message=why)
         return link, stored.public_id
     model = embedding_model_for(store, None)
     embedded = await embed_texts(request, texts=chunks, model=model)
@@ -426,17 +346,15 @@ async def _attach(
         for n, (v, chunk) in enumerate(zip(embedded.vectors, chunks, strict=True))
     ]
     deposit = await deposit_for(items)
-    written = sum(item_bytes(i) for i in items)
 
     def write() -> None:
-        if not store.embedding_model:
-            Collection.objects.filter(pk=store.pk, embedding_model="").update(
-                embedding_model=embedded.model
-            )
-        services.vectors_delete(collection=store, ids=None, where={FILE_ID: stored.public_id})
-        services.vectors_write(collection=store, items=items, param="file_id")
-        link.status, link.chunks, link.usage_bytes = FileStatus.COMPLETED, len(items), written
-        link.save()
+        services.store_file_complete(
+            collection=store,
+            link=link,
+            file_id=stored.public_id,
+            items=items,
+            embedding_model=embedded.model,
+        )
 
     await metering.metered_call(
         request, endpoint="vector.upsert", hold_nanos=deposit, charge=False, work=db_async(write)
@@ -453,7 +371,7 @@ async def store_files_create(request: ApiRequest) -> Response:
     if not isinstance(file_id, str):
         raise invalid_type("file_id", "a string")
     attributes = validation.metadata_field(data.get("attributes"), "attributes")
-    size, overlap = chunking(data.get("chunking_strategy"))
+    size, overlap = chunking_strategy(data.get("chunking_strategy"))
     store = await db_async(_store)(request)
     link, public = await _attach(request, store, file_id, attributes, size, overlap)
     return json_response(store_file_json(link, store.public_id, public))
@@ -463,7 +381,7 @@ async def store_files_create(request: ApiRequest) -> Response:
 async def store_files_list(request: ApiRequest) -> Response:
     def rows() -> list[dict[str, Any]]:
         store = _store(request)
-        links = VectorStoreFile.objects.filter(collection=store).select_related("file")
+        links = selectors.store_files_of(collection=store)
         return [store_file_json(sf, store.public_id, sf.file.public_id) for sf in links]
 
     return json_response(_page(await db_async(rows)()))
@@ -471,14 +389,7 @@ async def store_files_list(request: ApiRequest) -> Response:
 
 def _link(request: ApiRequest) -> tuple[Collection, VectorStoreFile]:
     store = _store(request)
-    file_id = request.path_params["file_id"]
-    link = (
-        VectorStoreFile.objects.filter(collection=store, file__public_id=file_id)
-        .select_related("file")
-        .first()
-    )
-    if link is None:
-        raise NotFound(f"No file {file_id} in vector store {store.public_id}.", param="file_id")
+    link = selectors.store_file_find(collection=store, file_id=request.path_params["file_id"])
     return store, link
 
 
@@ -492,8 +403,7 @@ async def store_file_get(request: ApiRequest) -> Response:
 async def store_file_delete(request: ApiRequest) -> Response:
     def remove() -> str:
         store, link = _link(request)
-        services.vectors_delete(collection=store, ids=None, where={FILE_ID: link.file.public_id})
-        link.delete()
+        services.store_file_delete(collection=store, link=link)
         return link.file.public_id
 
     file_id = await db_async(remove)()

@@ -1,10 +1,14 @@
-"""Reads of the vector store for other apps (the dashboard)."""
+"""Reads of the vector store: for other apps (the dashboard) and for OpenAI's surface
+(:mod:`vectors.openai_api`). Synchronous (the API runs them in worker threads)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vectors.models import Collection
+from django.db.models import Count, Q
+
+from config.errors import NotFound
+from vectors.models import Collection, FileStatus, VectorStoreFile
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,3 +54,36 @@ def collections_for_organization(
         )
         for c in rows.order_by("project__name", "name")
     ]
+
+
+def store_file_counts(*, collection: Collection) -> dict[str, int]:
+    """How many files ``collection`` holds (``total``) and how many are ``completed``,
+    ``failed``, ``in_progress`` and ``cancelled`` (always 0: attaching is not cancellable);
+    one query."""
+    counts = VectorStoreFile.objects.filter(collection=collection).aggregate(
+        total=Count("id"),
+        completed=Count("id", filter=Q(status=FileStatus.COMPLETED)),
+        failed=Count("id", filter=Q(status=FileStatus.FAILED)),
+        in_progress=Count("id", filter=Q(status=FileStatus.IN_PROGRESS)),
+    )
+    return {**counts, "cancelled": 0}
+
+
+def store_files_of(*, collection: Collection) -> list[VectorStoreFile]:
+    """The files attached to ``collection``, each with its :class:`StoredFile` loaded."""
+    return list(VectorStoreFile.objects.filter(collection=collection).select_related("file"))
+
+
+def store_file_find(*, collection: Collection, file_id: str) -> VectorStoreFile:
+    """The link of file ``file_id`` (a public id) to ``collection``, its file loaded; 404
+    naming ``file_id`` when the file is not attached to it."""
+    link = (
+        VectorStoreFile.objects.filter(collection=collection, file__public_id=file_id)
+        .select_related("file")
+        .first()
+    )
+    if link is None:
+        raise NotFound(
+            f"No file {file_id} in vector store {collection.public_id}.", param="file_id"
+        )
+    return link

@@ -16,10 +16,15 @@ from django.db.models import F
 from django.utils import timezone
 
 from config.errors import InvalidRequest, NotFound
-from vectors.models import Collection, VectorPrice
-from vectors.store import Item, Match, Stats, default_engine, store_for
+from vectors.engines.registry import default_engine, store_for
+from vectors.models import Collection, FileStatus, StoredFile, VectorPrice, VectorStoreFile
+from vectors.store import Item, Match, Stats, item_bytes
 
 log = logging.getLogger(__name__)
+
+# Metadata keys of a file's chunk vectors: the file they came from and its name.
+FILE_ID = "_file_id"
+FILENAME = "_filename"
 
 
 def new_public_id(prefix: str) -> str:
@@ -95,6 +100,28 @@ def collection_find_or_create(*, organization_id: int, project_id: int, name: st
 
 def collections_of(*, project_id: int) -> list[Collection]:
     return list(Collection.objects.filter(project_id=project_id).order_by("created_at", "pk"))
+
+
+def collection_update(
+    *, collection: Collection, title: str | None, metadata: Mapping[str, Any] | None
+) -> None:
+    """Set the collection's ``title`` (cut to 256 characters) and ``metadata``, each left as
+    it is when ``None``; saves both fields in one statement."""
+    if title is not None:
+        collection.title = title[:256]
+    if metadata is not None:
+        collection.metadata = dict(metadata)
+    collection.save(update_fields=["title", "metadata"])
+
+
+def embedding_model_pin(*, collection: Collection, model: str) -> None:
+    """Pin ``model`` as the model the collection's texts are embedded with, when it has none
+    yet (``model`` empty: nothing). First writer wins: a pin written meanwhile by another
+    request stays, and ``collection`` itself is not refreshed."""
+    if model and not collection.embedding_model:
+        Collection.objects.filter(pk=collection.pk, embedding_model="").update(
+            embedding_model=model
+        )
 
 
 def collection_delete(*, collection: Collection) -> None:
@@ -202,3 +229,62 @@ def collections_maintain() -> int:
         except Exception:
             log.exception("vector collection %s: upkeep failed; retried next run", pk)
     return visited
+
+
+def store_file_begin(
+    *,
+    collection: Collection,
+    stored: StoredFile,
+    attributes: Mapping[str, Any],
+    max_tokens: int,
+    overlap: int,
+) -> VectorStoreFile:
+    """Link ``stored`` to ``collection`` as ``in_progress`` with its attributes and chunking
+    (a file attached again starts over: its last error is cleared). The caller then ends the
+    link with :func:`store_file_fail` or :func:`store_file_complete`."""
+    link, _ = VectorStoreFile.objects.update_or_create(
+        collection=collection,
+        file=stored,
+        defaults={
+            "status": FileStatus.IN_PROGRESS,
+            "attributes": dict(attributes),
+            "chunking": {"max_chunk_size_tokens": max_tokens, "chunk_overlap_tokens": overlap},
+            "last_error": None,
+        },
+    )
+    return link
+
+
+def store_file_fail(*, link: VectorStoreFile, message: str) -> None:
+    """End ``link`` ``failed`` with ``last_error`` ``unsupported_file`` and ``message``."""
+    link.status = FileStatus.FAILED
+    link.last_error = {"code": "unsupported_file", "message": message}
+    link.save()
+
+
+def store_file_complete(
+    *,
+    collection: Collection,
+    link: VectorStoreFile,
+    file_id: str,
+    items: Sequence[Item],
+    embedding_model: str,
+) -> None:
+    """Replace the chunk vectors of file ``file_id`` (its public id, ``link``'s file) in
+    ``collection`` with ``items`` (vectors embedded with ``embedding_model``, pinned on the
+    collection if it has none) and end ``link`` ``completed`` with their count and bytes. 400
+    naming ``file_id`` when the vectors do not fit the collection's dimensions. Not atomic:
+    the caller runs it as the work of one metered call."""
+    embedding_model_pin(collection=collection, model=embedding_model)
+    vectors_delete(collection=collection, ids=None, where={FILE_ID: file_id})
+    vectors_write(collection=collection, items=items, param="file_id")
+    link.status, link.chunks = FileStatus.COMPLETED, len(items)
+    link.usage_bytes = sum(item_bytes(item) for item in items)
+    link.save()
+
+
+def store_file_delete(*, collection: Collection, link: VectorStoreFile) -> None:
+    """Detach ``link``'s file from ``collection``: its chunk vectors, then the link (the file
+    itself stays)."""
+    vectors_delete(collection=collection, ids=None, where={FILE_ID: link.file.public_id})
+    link.delete()

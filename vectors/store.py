@@ -1,13 +1,8 @@
-"""The store interface: what the vector store needs from an engine, and which engine serves.
+"""The store interface: what the vector store needs from an engine, and the values it trades.
 
-Two engines implement :class:`VectorStore`:
-
-- :mod:`vectors.engines.embedded` (``INFRAI_VECTOR_ENGINE=embedded``, the default): vectors in
-  the application's own database, exact cosine search in numpy —
-  recall 1.0, fit for collections up to a few hundred thousand vectors per process.
-- :mod:`vectors.engines.pgvector` (``INFRAI_VECTOR_ENGINE=pgvector``): PostgreSQL with the
-  pgvector extension (``INFRAI_VECTOR_PG_URL``, by default the platform's database); an HNSW
-  index per collection, metadata filters on ``jsonb``.
+The engines (:mod:`vectors.engines.embedded`, :mod:`vectors.engines.pgvector`) implement
+:class:`VectorStore` with these values; which one serves a collection is
+:mod:`vectors.engines.registry`. This module imports no engine: the dependency points one way.
 
 An engine knows collections only by their numeric id: tenancy is decided before it is called
 (the caller's project owns the :class:`~vectors.models.Collection`). Scores are cosine
@@ -17,12 +12,10 @@ values they must equal (all of them).
 
 from __future__ import annotations
 
-import functools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-
-from django.conf import settings
 
 Metadata = dict[str, Any]
 
@@ -57,8 +50,6 @@ class Stats:
 
 def item_bytes(item: Item) -> int:
     """The bytes ``item`` is billed as: 4 per dimension plus its metadata JSON and text."""
-    import json
-
     return 4 * len(item.vector) + len(json.dumps(item.metadata).encode()) + len(item.text.encode())
 
 
@@ -103,33 +94,3 @@ class VectorStore(Protocol):
     def maintain(self, *, collection_id: int, dimensions: int) -> None:
         """Background upkeep (pgvector: build the collection's index once it is large)."""
         ...
-
-
-ENGINES = ("embedded", "pgvector")
-
-
-@functools.cache
-def _engine(name: str, pg_url: str) -> VectorStore:
-    if name == "pgvector":
-        from vectors.engines.pgvector import PgVectorStore
-
-        return PgVectorStore(url=pg_url)
-    from vectors.engines.embedded import EmbeddedStore
-
-    return EmbeddedStore()
-
-
-def store_for(name: str) -> VectorStore:
-    """The engine named ``name`` (a collection keeps the engine it was created on); one
-    instance per process and pgvector database."""
-    if name not in ENGINES:
-        raise ValueError(f"unknown vector engine {name!r}")
-    return _engine(name, str(settings.INFRAI_VECTOR_PG_URL))
-
-
-def default_engine() -> str:
-    """The engine new collections are created on (``INFRAI_VECTOR_ENGINE``)."""
-    name = str(settings.INFRAI_VECTOR_ENGINE)
-    if name not in ENGINES:
-        raise ValueError(f"INFRAI_VECTOR_ENGINE must be one of {sorted(ENGINES)}, not {name!r}")
-    return name
