@@ -17,7 +17,6 @@ checks it is still current before anything is served, held or charged: a revoked
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -28,13 +27,12 @@ from django.utils import timezone
 from accounts import keys
 from accounts.models import ApiKey
 from accounts.services import KEY_CACHE_PREFIX
-from config import fastcache, observability
+from config import background, fastcache, observability
 from config.db import db_async
 from config.errors import AuthenticationFailed
 
 _USED_PREFIX = "apikey-used:"
 _TOUCH_EVERY_S = 60
-_background: set[asyncio.Task[None]] = set()
 # Per-process memo of when this process last claimed a key's once-a-minute touch, so most
 # calls skip the shared-cache round trip that arbitrates between processes.
 _touched_at: dict[int, float] = {}
@@ -208,6 +206,4 @@ async def _touch(key_id: int, now: datetime) -> None:
         return
     _touched_at[key_id] = ts
     if await fastcache.add(_USED_PREFIX + str(key_id), 1, _TOUCH_EVERY_S):
-        task = asyncio.get_running_loop().create_task(_touch_last_used_async(key_id, now))
-        _background.add(task)
-        task.add_done_callback(_background.discard)
+        background.spawn(_touch_last_used_async(key_id, now))

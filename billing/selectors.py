@@ -9,7 +9,7 @@ from django.db.models import BigIntegerField, Case, Count, F, Sum, Value, When
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
-from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
+from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Wallet
 from billing.services.holds import month_start
 
 
@@ -21,15 +21,6 @@ class WalletBalance:
     held_nanos: int
     available_nanos: int
     open_holds: int
-
-
-@dataclass(frozen=True, slots=True)
-class ProjectUsage:
-    """One project's spend in one UTC month (the numbers its budget is enforced against)."""
-
-    project_id: int
-    used_nanos: int
-    held_nanos: int
 
 
 def wallet_summary(*, organization_id: int) -> WalletBalance:
@@ -63,22 +54,6 @@ def ledger_page(
     if before_id is not None:
         qs = qs.filter(pk__lt=before_id)
     return list(qs.select_related("project", "api_key").order_by("-pk")[:limit])
-
-
-def project_usage(*, organization_id: int, month: dt.date | None = None) -> dict[int, ProjectUsage]:
-    """Month-to-date usage (settled) and open holds per project of the organization."""
-    first = month or month_start(timezone.now())
-    rows = ProjectSpend.objects.filter(
-        project__organization_id=organization_id, month=first
-    ).values_list("project_id", "used_nanos", "held_nanos")
-    return {pid: ProjectUsage(pid, used, held) for pid, used, held in rows}
-
-
-def ledger_sum(*, wallet_id: int) -> int:
-    """The sum of a wallet's ledger (what its balance must equal)."""
-    return int(
-        LedgerEntry.objects.filter(wallet_id=wallet_id).aggregate(s=Sum("amount_nanos"))["s"] or 0
-    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,11 @@ routing mode leaves such models out and, when none is left among the models that
 the endpoint, answers 400 naming the parameter and listing the available models that meet it —
 never a 503, which clients retry. A 503 means nothing can serve the endpoint at all right now;
 it carries ``x-should-retry: false`` when waiting will not change that (see
-:class:`~config.errors.NoRoutableOffering`).
+:class:`~catalog.errors.NoRoute`).
+
+Refusals are the catalog's own exceptions (:mod:`catalog.errors`: the message, the reason's
+code, the request field); the web layer maps each to its OpenAI error
+(:func:`inference.errors.api_error`), so "400", "404" and "503" above are how it answers them.
 
 Model ids and routing modes are matched case-insensitively (``Auto``, ``gpt-4O-mini``).
 """
@@ -48,6 +52,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from catalog.errors import ModelNotFound, NoRoute, RoutingRefused
 from catalog.types import (
     CatalogSnapshot,
     CircuitState,
@@ -59,7 +64,6 @@ from catalog.types import (
     VendorHealth,
     largest,
 )
-from config.errors import InvalidRequest, NoRoutableOffering, NotFound
 from money.pricing import PriceSnapshot, Usage, cost_nanos
 from money.usd import nanos_to_usd_str
 
@@ -244,12 +248,12 @@ def decide_route(
 ) -> RoutingDecision:
     """The offerings to try for ``request``, best first.
 
-    Raises :class:`~config.errors.NotFound` (``model_not_found``, param ``model``) for an
-    unknown model or vendor pin; :class:`~config.errors.InvalidRequest` when a pinned model
+    Raises :class:`~catalog.errors.ModelNotFound` (``model_not_found``, param ``model``) for an
+    unknown model or vendor pin; :class:`~catalog.errors.RoutingRefused` when a pinned model
     lacks a capability (``unsupported_capability``) or a parameter fails on it
     (``unsupported_parameter``, or ``invalid_value`` when only some values are accepted; param
     = the parameter), or for an unknown ``prefer`` / ``task``;
-    :class:`~config.errors.NoRoutableOffering` (503) when nothing can serve it now.
+    :class:`~catalog.errors.NoRoute` when nothing can serve it now.
     """
     name = request.model.strip() or "auto"
     usage = request.expected_usage or _reference_usage(request.capabilities)
@@ -269,10 +273,11 @@ def routing_mode(name: str) -> str | None:
     return folded if folded in ROUTING_MODES else None
 
 
-def prefer_refusal(value: Any) -> InvalidRequest:
-    """The one 400 for a ``prefer`` outside :data:`PREFERENCES` (every endpoint uses it)."""
+def prefer_refusal(value: Any) -> RoutingRefused:
+    """The one refusal (a 400) of a ``prefer`` outside :data:`PREFERENCES` (every endpoint
+    uses it)."""
     shown = json.dumps(value) if isinstance(value, str) else repr(value)
-    return InvalidRequest(
+    return RoutingRefused(
         f"Invalid value for 'prefer': {shown}. Use one of: {', '.join(PREFERENCES)}.",
         code="invalid_value",
         param="prefer",
@@ -317,17 +322,17 @@ def _samples(temperature: Any) -> bool:
     return isinstance(temperature, int | float) and temperature >= 0.001
 
 
-def _parameter_refusal(model: ModelView, parameter: str, value: Any) -> InvalidRequest:
+def _parameter_refusal(model: ModelView, parameter: str, value: Any) -> RoutingRefused:
     rule = model.rule(parameter)
     if rule.exceeds(value):
         if parameter == "logit_bias":
-            return InvalidRequest(
+            return RoutingRefused(
                 f"Invalid value for 'logit_bias': token id {largest(value)} is outside the "
                 f"vocabulary of model '{model.model_id}' (token ids 0 to {rule.max_value}).",
                 code="invalid_value",
                 param=parameter,
             )
-        return InvalidRequest(
+        return RoutingRefused(
             f"Invalid value for '{parameter}': {value}. Model '{model.model_id}' accepts at most "
             f"{rule.max_value}.",
             code="invalid_value",
@@ -340,13 +345,13 @@ def _parameter_refusal(model: ModelView, parameter: str, value: Any) -> InvalidR
             if parameter in ("presence_penalty", "frequency_penalty")
             else ""
         )
-        return InvalidRequest(
+        return RoutingRefused(
             f"Invalid value for '{parameter}': {value!r}. Model '{model.model_id}' does not "
             f"implement '{parameter}', so only {accepted} is accepted.{hint}",
             code="invalid_value",
             param=parameter,
         )
-    return InvalidRequest(
+    return RoutingRefused(
         f"Model '{model.model_id}' does not support the parameter '{parameter}'; remove it or "
         f"choose another model.",
         code="unsupported_parameter",
@@ -354,12 +359,8 @@ def _parameter_refusal(model: ModelView, parameter: str, value: Any) -> InvalidR
     )
 
 
-def _unknown_model(name: str) -> NotFound:
-    return NotFound(
-        f"The model '{name}' does not exist or you do not have access to it.",
-        code="model_not_found",
-        param="model",
-    )
+def _unknown_model(name: str) -> ModelNotFound:
+    return ModelNotFound(f"The model '{name}' does not exist or you do not have access to it.")
 
 
 def resolve_model_name(snapshot: CatalogSnapshot, name: str) -> tuple[ModelView, str | None] | None:
@@ -440,7 +441,7 @@ def _vendor_refusal(
     return None
 
 
-def _vendor_refusals_error(refused: list[_Refused], *, pinned_vendor: str | None) -> InvalidRequest:
+def _vendor_refusals_error(refused: list[_Refused], *, pinned_vendor: str | None) -> RoutingRefused:
     """The 400 when the only offerings that could serve a request now are on vendors that
     refuse one of its parameters: names the parameter the most of them refuse (ties: the
     first), the vendors, and what to do instead."""
@@ -464,7 +465,7 @@ def _vendor_refusals_error(refused: list[_Refused], *, pinned_vendor: str | None
     else:
         head = f"The vendors that can serve this request now ({vendors}) do not accept {what}"
         hint = "remove it or change its value"
-    return InvalidRequest(f"{head}; {hint}.", code=code, param=param)
+    return RoutingRefused(f"{head}; {hint}.", code=code, param=param)
 
 
 def _candidate(item: _Eligible, request: RoutingRequest, score: int) -> Candidate:
@@ -502,7 +503,7 @@ class _Unmet:
     """
 
     param: str
-    error: InvalidRequest
+    error: RoutingRefused
     reason: str
 
 
@@ -515,7 +516,7 @@ def _unmet(model: ModelView, request: RoutingRequest) -> list[_Unmet]:
         found.append(
             _Unmet(
                 param,
-                InvalidRequest(
+                RoutingRefused(
                     f"Model '{model.model_id}' does not support {words}; choose a model that "
                     f"does, or use model 'auto'.",
                     code="unsupported_capability",
@@ -545,7 +546,7 @@ def _limits_unmet(model: ModelView, request: RoutingRequest) -> list[_Unmet]:
         found.append(
             _Unmet(
                 name,
-                InvalidRequest(
+                RoutingRefused(
                     f"'{name}' is too large: {wanted}. Model '{model.model_id}' supports at most "
                     f"{model.max_output_tokens} output tokens.",
                     code="invalid_value",
@@ -564,7 +565,7 @@ def _limits_unmet(model: ModelView, request: RoutingRequest) -> list[_Unmet]:
             found.append(
                 _Unmet(
                     "messages",
-                    InvalidRequest(
+                    RoutingRefused(
                         f"This model's maximum context length is {model.context_window} tokens. "
                         f"However, you requested {total} tokens ({asked}). Please reduce the "
                         "length of the messages or completion.",
@@ -579,7 +580,7 @@ def _limits_unmet(model: ModelView, request: RoutingRequest) -> list[_Unmet]:
 
 def _no_model_meets(
     request: RoutingRequest, servable: list[ModelView], unmet: Mapping[str, list[_Unmet]]
-) -> InvalidRequest:
+) -> RoutingRefused:
     """The 400 of a routing mode when every model that could serve the endpoint misses
     something: blames the field that rules out the most of them and lists those meeting it."""
     blocked: dict[str, int] = {}
@@ -622,7 +623,7 @@ def _no_model_meets(
         if meeting
         else " No model available here does; remove the parameter or change its value."
     )
-    return InvalidRequest(what + "." + listing, code=first.error.code, param=param)
+    return RoutingRefused(what + "." + listing, code=first.error.code, param=param)
 
 
 def _shown(value: Any) -> str:
@@ -630,17 +631,15 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _unavailable(
-    head: str, unusable: list[tuple[str, _Unusable]], hint: str = ""
-) -> NoRoutableOffering:
-    """The 503 when ``unusable`` (``(label, why)``) is all there is: ``head``, the reasons, then
-    ``hint`` (what the caller could send instead); permanent when every reason is (or there is
-    nothing at all)."""
+def _unavailable(head: str, unusable: list[tuple[str, _Unusable]], hint: str = "") -> NoRoute:
+    """The refusal (a 503) when ``unusable`` (``(label, why)``) is all there is: ``head``, the
+    reasons, then ``hint`` (what the caller could send instead); permanent when every reason
+    is (or there is nothing at all)."""
     reasons = "; ".join(f"{label}: {u.reason}" for label, u in unusable[:_MAX_EXCLUDED])
-    return NoRoutableOffering(
+    return NoRoute(
         f"{head} ({reasons or 'no vendor offers it'}).{hint}",
-        code="no_routable_offering",
         permanent=all(u.permanent for _label, u in unusable),
+        reasons=tuple((label, u.reason) for label, u in unusable),
     )
 
 
@@ -721,11 +720,7 @@ def _route_pinned(
         raise unmet[0].error
     offerings = [o for o in snapshot.offerings_of(model.model_id) if vendor_pin in (None, o.vendor)]
     if vendor_pin is not None and not offerings:
-        raise NotFound(
-            f"Vendor '{vendor_pin}' does not serve the model '{model.model_id}'.",
-            code="model_not_found",
-            param="model",
-        )
+        raise ModelNotFound(f"Vendor '{vendor_pin}' does not serve the model '{model.model_id}'.")
     eligible, unusable, refused = _usable(
         model, offerings, request=request, health=health, now=now, usage=usage
     )
@@ -774,7 +769,7 @@ def _route_mode(
     if task is not None:
         known = sorted({t for m in snapshot.models.values() for t in m.tasks})
         if task not in known:
-            raise InvalidRequest(
+            raise RoutingRefused(
                 f"Unknown task '{task}'. Known tasks: {', '.join(known)}.",
                 code="invalid_value",
                 param="task",

@@ -30,7 +30,6 @@ from catalog.types import (
     OfferingView,
     ParamRule,
     Support,
-    VendorHealth,
     VendorView,
 )
 from config import fastcache
@@ -40,7 +39,9 @@ from money.pricing import PriceSnapshot
 log = logging.getLogger(__name__)
 
 VERSION_KEY = "catalog:version"
-_VERSION_TTL_S = None  # forever
+#: The version never expires (``None`` to :mod:`config.fastcache`): it changes only when
+#: :func:`catalog.services.catalog_changed` replaces it.
+VERSION_TTL_S = None
 
 
 def credentials_configured(env_name: str) -> bool:
@@ -323,7 +324,7 @@ def catalog_version() -> str:
     """The catalog version in the shared cache (created when the cache has none)."""
     version = fastcache.get_sync(VERSION_KEY)
     if version is None:
-        fastcache.add_sync(VERSION_KEY, uuid.uuid4().hex, _VERSION_TTL_S)
+        fastcache.add_sync(VERSION_KEY, uuid.uuid4().hex, VERSION_TTL_S)
         version = fastcache.get_sync(VERSION_KEY)
     return str(version)
 
@@ -331,7 +332,7 @@ def catalog_version() -> str:
 async def _acatalog_version() -> str:
     version = await fastcache.get(VERSION_KEY)
     if version is None:
-        await fastcache.add(VERSION_KEY, uuid.uuid4().hex, 10**9)
+        await fastcache.add(VERSION_KEY, uuid.uuid4().hex, VERSION_TTL_S)
         version = await fastcache.get(VERSION_KEY)
     return str(version)
 
@@ -426,11 +427,6 @@ def models_matching(
             continue
         out.append(model)
     return out
-
-
-def vendor_health_all(snapshot: CatalogSnapshot) -> dict[str, VendorHealth]:
-    """Health of every vendor in ``snapshot`` (sync; admin and commands)."""
-    return health.health_of(snapshot.vendors)
 
 
 @dataclass(frozen=True, slots=True)

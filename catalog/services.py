@@ -7,7 +7,6 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import httpx
@@ -17,10 +16,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from catalog import health
-from catalog.models import Model, Offering, ParameterRule, Price, Vendor
+from catalog.models import Model, ParameterRule, Vendor
 from catalog.probes import served_models
 from catalog.selectors import (
     VERSION_KEY,
+    VERSION_TTL_S,
     catalog_snapshot_forget,
     credentials_configured,
 )
@@ -35,7 +35,7 @@ def catalog_changed() -> None:
 
     def bump() -> None:
 
-        fastcache.set_sync(VERSION_KEY, uuid.uuid4().hex, None)
+        fastcache.set_sync(VERSION_KEY, uuid.uuid4().hex, VERSION_TTL_S)
         catalog_snapshot_forget()
 
     transaction.on_commit(bump)
@@ -101,37 +101,6 @@ def _cell_text(cell: Cell) -> str:
     if cell.accepted_values:
         return f"{cell.support.value} (accepts {list(cell.accepted_values)})"
     return cell.support.value
-
-
-# --- prices ---------------------------------------------------------------------------------
-
-
-def price_add(
-    *,
-    offering: Offering,
-    source: str,
-    effective_from: datetime | None = None,
-    input_per_mtok_nanos: int = 0,
-    cached_input_per_mtok_nanos: int = 0,
-    output_per_mtok_nanos: int = 0,
-    per_image_nanos: Mapping[str, int] | None = None,
-    per_mchar_nanos: int = 0,
-    per_audio_second_nanos: int = 0,
-) -> Price:
-    """Record a price change: a new row in force from ``effective_from`` (default now)."""
-    price = Price.objects.create(
-        offering=offering,
-        effective_from=effective_from or timezone.now(),
-        input_per_mtok_nanos=input_per_mtok_nanos,
-        cached_input_per_mtok_nanos=cached_input_per_mtok_nanos,
-        output_per_mtok_nanos=output_per_mtok_nanos,
-        per_image_nanos=dict(per_image_nanos or {}),
-        per_mchar_nanos=per_mchar_nanos,
-        per_audio_second_nanos=per_audio_second_nanos,
-        source=source,
-    )
-    catalog_changed()
-    return price
 
 
 # --- vendor probe ---------------------------------------------------------------------------

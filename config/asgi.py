@@ -14,7 +14,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-import inference.endpoints  # noqa: E402, F401  (registers the /v1 routes)
+import inference.routes  # noqa: E402, F401  (registers the /v1 routes)
 import vectors.api  # noqa: E402, F401  (/v1/vector/*, /v1/files, /v1/vector_stores)
 from config.observability import observe_v1  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402

@@ -9,6 +9,10 @@ The statuses are chosen so the official OpenAI SDKs raise their matching excepti
 404 ``NotFoundError``, 429 ``RateLimitError``, 5xx ``InternalServerError``; 402/405/413 surface
 as ``APIStatusError`` with the status. ``docs/errors.md`` lists every code (a test keeps the two
 in step).
+
+These are the web layer's errors. The domain apps below it raise their own exceptions instead
+(:mod:`billing.errors`, :mod:`catalog.errors`), which :func:`inference.errors.api_error` maps to
+these in one table; nothing under ``inference`` raises an HTTP error for a refusal of theirs.
 """
 
 from __future__ import annotations
@@ -87,16 +91,10 @@ class AuthenticationFailed(
 
 
 class InsufficientQuota(ApiError, status=402, type="insufficient_quota", code="insufficient_quota"):
-    """402: the wallet (``insufficient_quota``) or a project budget cannot pay for the call
-    (``x-should-retry: false``, as every such 4xx)."""
-
-    def __init__(
-        self, message: str, *, available_nanos: int | None = None, **options: Unpack[ErrorOptions]
-    ) -> None:
-        super().__init__(message, **options)
-        #: What the caller could still reserve, in nano-USD (``None`` when not known): lets the
-        #: request path say which ``max_tokens`` would fit.
-        self.available_nanos = available_nanos
+    """402: the wallet (``insufficient_quota``), a project budget or a key budget cannot pay for
+    the call (``x-should-retry: false``, as every such 4xx). Billing refuses a hold with
+    :class:`billing.errors.InsufficientFunds`; :func:`inference.errors.insufficient_quota`
+    renders it as this."""
 
 
 class PermissionDenied(ApiError, status=403, type="permission_error", code="permission_denied"):
@@ -126,7 +124,8 @@ class UpstreamError(ApiError, status=502, type="api_error", code="vendor_error")
 
 
 class NoRoutableOffering(ApiError, status=503, type="api_error", code="no_routable_offering"):
-    """503: nothing in the catalog can serve the request right now.
+    """503: nothing in the catalog can serve the request right now (routing's
+    :class:`catalog.errors.NoRoute`, or every candidate's circuit open at call time).
 
     ``permanent``: it will not change by waiting (the only offerings are disabled or their
     vendor is not configured): the response carries ``x-should-retry: false`` so the OpenAI

@@ -77,11 +77,11 @@ async def set(key: str, value: Any, ttl_s: float) -> None:
     await _aclient().execute(("SET", _prefix() + key, encode(value), "EX", max(int(ttl_s), 1)))
 
 
-async def add(key: str, value: Any, ttl_s: float) -> bool:
-    """Store only if absent; True when this call stored it (``SET NX``)."""
-    (stored,) = await _aclient().execute(
-        ("SET", _prefix() + key, encode(value), "EX", max(int(ttl_s), 1), "NX")
-    )
+async def add(key: str, value: Any, ttl_s: float | None) -> bool:
+    """Store only if absent; True when this call stored it (``SET NX``). ``ttl_s=None`` keeps
+    the value until it is replaced (as :func:`set_sync`)."""
+    expiry: list[str | int] = [] if ttl_s is None else ["EX", max(int(ttl_s), 1)]
+    (stored,) = await _aclient().execute(("SET", _prefix() + key, encode(value), *expiry, "NX"))
     return stored is not None
 
 

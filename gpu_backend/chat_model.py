@@ -151,11 +151,6 @@ def current_copy(cache_dir: Path, fingerprint: dict[str, object]) -> Path | None
     return None
 
 
-def chat_model_dir(cache_dir: Path) -> Path | None:
-    """The converted copy the backend loads for ``cache_dir`` (None: it would convert first)."""
-    return current_copy(cache_dir, source_fingerprint(smollm2_gguf()))
-
-
 def needs_conversion(cache_dir: Path) -> bool:
     """True when loading would first have to convert the GGUF (no current copy anywhere)."""
     try:

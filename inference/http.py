@@ -19,8 +19,9 @@ What the consumer does for every call:
    refuses with 413 + ``connection: close`` the moment the count passes the limit;
 3. runs the handler **in its own task**, so a client disconnect (``http.disconnect``) cancels it
    — a handler's ``finally`` blocks (settlement) run on every exit path;
-4. renders :class:`~config.errors.ApiError` in the OpenAI shape; any other exception is a 500
-   with a generic message (details go to the log, never to the caller).
+4. renders :class:`~config.errors.ApiError` in the OpenAI shape, and a refusal of billing or
+   the catalog as :func:`inference.errors.api_error` maps it (the one table); any other
+   exception is a 500 with a generic message (details go to the log, never to the caller).
 
 Every response carries ``X-Infrai-Request-Id`` and the same value as ``x-request-id`` (the
 header the OpenAI SDKs expose as ``.request_id``), and ``X-Content-Type-Options: nosniff``.
@@ -52,6 +53,7 @@ from config.errors import (
     internal_error,
 )
 from config.querystring import query_value_error, unstorable_param
+from inference.errors import api_error
 
 log = logging.getLogger(__name__)
 
@@ -362,12 +364,13 @@ async def v1_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             request.key_confirmed = not matched.confirms_key
         if matched.before_body is not None:
             await matched.before_body(request)
-    except ApiError as exc:
-        _log_failure(request, exc)
-        await _respond(send, request, error_response(exc))
-        return
     except Exception as exc:
-        await _respond(send, request, error_response(_unexpected(request, exc)))
+        refused = api_error(exc)
+        if refused is None:
+            await _respond(send, request, error_response(_unexpected(request, exc)))
+            return
+        _log_failure(request, refused)
+        await _respond(send, request, error_response(refused))
         return
     body = await _read_body(receive, send, request, limit)
     if body is None:
@@ -426,13 +429,10 @@ async def _serve(send: Any, request: ApiRequest, handler: Handler) -> None:
             # an unconfirmed key (the 401 of a key revoked meanwhile raises here).
             log.error("%s %s answered without confirming its key", request.method, request.path)
             request.key = await authenticate(request.headers.get("authorization"))
-    except ApiError as exc:
-        _log_failure(request, exc)
-        response = error_response(exc)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        failure = _unexpected(request, exc)
+        failure = api_error(exc) or _unexpected(request, exc)
         _log_failure(request, failure)
         response = error_response(failure)
     response.headers = {**_id_headers(request), **response.headers}

@@ -45,6 +45,7 @@ from catalog.routing import Candidate, RoutingDecision, RoutingRequest
 from catalog.selectors import credentials_value, routing_decide
 from catalog.types import CircuitState
 from config import adb, live, observability, outages
+from config.background import keep, pending, spawn
 from config.errors import (
     ApiError,
     InvalidRequest,
@@ -55,32 +56,26 @@ from config.errors import (
     internal_error,
 )
 from inference import limits, response_cache
+from inference.errors import api_error
 from inference.http import ApiRequest, on_unlogged_failure
 from inference.models import RequestLog, RequestStatus, UsageSource
 from inference.usage import Billed
-from inference.vendors import Adapter, VendorTarget, adapter_for
 from inference.vendors import fetch as image_fetch
 from inference.vendors import http as vendor_http
+from inference.vendors.base import Adapter, VendorTarget
 from inference.vendors.errors import VendorError, VendorLoading, VendorRejected, VendorTimeout
+from inference.vendors.registry import adapter_for
 from money.pricing import Usage, cost_nanos
 from money.usd import nanos_to_usd_str
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_background: set[asyncio.Task[Any]] = set()
 # Calls of this process that hold money and are not finished (renewal, drain, exit hook).
 _inflight: set[Call] = set()
 # The event loops whose server is draining (one per server: tests run several in a process).
 _draining: set[asyncio.AbstractEventLoop] = set()
 _renewers: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
 SHUTTING_DOWN_CODE = "server_shutting_down"
-
-
-def spawn(coro: Awaitable[Any]) -> None:
-    """Run ``coro`` after the response, keeping a reference until it ends."""
-    task = asyncio.ensure_future(coro)
-    _background.add(task)
-    task.add_done_callback(_background.discard)
 
 
 def target_for(candidate: Candidate) -> VendorTarget:
@@ -150,7 +145,8 @@ class Call:
 
     @observability.traced("infrai.route")
     async def route(self, routing: RoutingRequest) -> RoutingDecision:
-        """The routing decision (404/400/503 raise)."""
+        """The routing decision; routing's refusals (:mod:`catalog.errors`: a 400, 404 or 503
+        once :func:`inference.errors.api_error` answers them) raise as they are."""
         self.decision = await routing_decide(request=routing)
         return self.decision
 
@@ -158,7 +154,9 @@ class Call:
     async def hold(self, *, worst_case: Callable[[Candidate], Usage]) -> None:
         """Reserve the worst case over every candidate (failover may pick any of them).
 
-        Refused with a 503 ``server_shutting_down`` while the process drains. The opening runs
+        A limit that cannot cover it raises :class:`billing.errors.InsufficientFunds` as it is
+        (nothing held; a 402 once :func:`inference.errors.api_error` answers it). Refused with a
+        503 ``server_shutting_down`` while the process drains. The opening runs
         in its own task: if the request is cancelled meanwhile, the hold is released as soon
         as it is open (logged as a 499), so a cancellation leaves nothing behind.
         """
@@ -186,7 +184,7 @@ class Call:
         try:
             await asyncio.shield(opening)
         except asyncio.CancelledError:
-            _keep(asyncio.ensure_future(self._release_when_open(opening)))
+            spawn(self._release_when_open(opening))
             raise
         except Exception as exc:
             if not adb.lost(exc):
@@ -458,7 +456,7 @@ class Call:
         job = asyncio.ensure_future(
             _record_and_settle(row, self.held, self.cost_nanos, instead=instead)
         )
-        _keep(job)
+        keep(job)
         job.add_done_callback(lambda _job: _inflight.discard(self))
         durable = await asyncio.shield(job)
         if not durable and refusal is not None:
@@ -529,6 +527,10 @@ class Call:
             await self.fail(stopped)
             raise stopped from None
         except Exception as exc:
+            refused = api_error(exc)  # a refusal of billing or the catalog: answered as such
+            if refused is not None:
+                await self.fail(refused)
+                raise refused from exc
             await self.fail(outages.unavailable(exc) or internal_error())
             raise
 
@@ -610,9 +612,6 @@ async def drain(*, grace_s: float) -> int:
     def mine() -> list[Call]:
         return [c for c in _inflight if c.task is not None and c.task.get_loop() is loop]
 
-    def background() -> set[asyncio.Task[Any]]:
-        return {t for t in _background if t.get_loop() is loop}
-
     running = {call.task for call in mine() if call.task is not None and not call.task.done()}
     if running:
         await asyncio.wait(running, timeout=grace_s)
@@ -621,11 +620,11 @@ async def drain(*, grace_s: float) -> int:
         call.shutting_down = True
         if call.task is not None:
             call.task.cancel()
-    pending = {c.task for c in ended if c.task is not None} | background()
-    if pending:
-        await asyncio.wait(pending, timeout=10.0)
-    if background():
-        await asyncio.wait(background(), timeout=5.0)
+    waiting = {c.task for c in ended if c.task is not None} | pending(loop)
+    if waiting:
+        await asyncio.wait(waiting, timeout=10.0)
+    if pending(loop):
+        await asyncio.wait(pending(loop), timeout=5.0)
     if mine():
         await _record_and_settle_stopped(_stopped_streams(loop))
     return len(ended)
@@ -636,11 +635,6 @@ async def close_clients() -> None:
     await vendor_http.close()
     await image_fetch.close()
     await adb.close()
-
-
-def _keep(task: asyncio.Future[Any]) -> None:
-    _background.add(task)  # type: ignore[arg-type]
-    task.add_done_callback(_background.discard)  # type: ignore[arg-type]
 
 
 def _ensure_renewer() -> None:

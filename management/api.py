@@ -35,6 +35,7 @@ from config.errors import (
     internal_error,
 )
 from dashboard.permissions import ANY_ROLE, role_allows
+from inference.errors import api_error
 from management.auth import AdminContext, AdminKeyAuthentication, rate_limit
 from management.schema import ManagementSchema
 
@@ -58,9 +59,11 @@ def _first_message(detail: Any) -> tuple[str, str | None]:
 
 
 def to_api_error(exc: Exception) -> ApiError | None:
-    """Translate what a view may raise into the platform's error type (None: a bug)."""
-    if isinstance(exc, ApiError):
-        return exc
+    """Translate what a view may raise into the platform's error type (None: a bug): an
+    :class:`ApiError` or a refusal of billing or the catalog through
+    :func:`inference.errors.api_error` (the one table), DRF's and Django's errors here."""
+    if (error := api_error(exc)) is not None:
+        return error
     if isinstance(exc, drf.ValidationError):
         message, param = _first_message(exc.detail)
         if param:

@@ -6,7 +6,7 @@ what people type, read and what Stripe counts in.
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 NANOS_PER_USD = 1_000_000_000
 NANOS_PER_CENT = 10_000_000
@@ -49,11 +49,3 @@ def nanos_to_cents(nanos: int) -> int:
     if rest:
         raise ValueError(f"{nanos} nano-USD is not a whole number of cents")
     return cents
-
-
-def usd_str_to_nanos(text: str) -> int:
-    """A user-typed USD amount (``"12.50"``) → nano-USD; ValueError when it is not a number."""
-    try:
-        return usd_to_nanos(Decimal(text.strip()))
-    except InvalidOperation:
-        raise ValueError(f"{text!r} is not an amount in USD") from None

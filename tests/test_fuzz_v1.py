@@ -36,6 +36,7 @@ from schemathesis.core import NotSet
 from accounts.models import ApiKey
 from billing.audit import audit_findings
 from billing.models import Hold, HoldStatus, LedgerEntry
+from config import background
 from inference import pipeline
 from inference.endpoints import audio, embeddings, images
 from inference.endpoints.openapi import document, served_document
@@ -257,7 +258,7 @@ _REQUEST_ID = re.compile(r"req_[0-9a-f]{24}")
 def wait_until_settled(seconds: float = 30.0) -> None:
     """Wait for the app's background work (request-log writes, settlements) to end."""
     deadline = time.monotonic() + seconds
-    while (pipeline._background or pipeline._inflight) and time.monotonic() < deadline:
+    while (background.pending() or pipeline._inflight) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 

@@ -50,10 +50,6 @@ ENTRY_POINTS = (
 # Packages of ours that import nothing of ours and that nothing of ours imports.
 ISOLATED = ("gpu_backend",)
 
-# Imports that break the direction today, each with why it is tolerated and what removes it.
-# A pair that no longer occurs fails the test: delete its line.
-IGNORED: frozenset[tuple[str, str]] = frozenset()
-
 
 def _within(module: str, name: str) -> bool:
     return module == name or module.startswith(name + ".")
@@ -122,17 +118,9 @@ def _violations() -> set[tuple[str, str]]:
 
 
 def test_every_import_points_down_the_layers() -> None:
-    found = _violations()
-    new = sorted(found - IGNORED)
-    assert not new, "imports against the layers (docs/architecture.md):\n" + "\n".join(
-        f"  {a} -> {b}" for a, b in new
-    )
-
-
-def test_every_ignored_import_still_exists() -> None:
-    stale = sorted(IGNORED - _violations())
-    assert not stale, "no longer imported; delete from IGNORED:\n" + "\n".join(
-        f"  {a} -> {b}" for a, b in stale
+    found = sorted(_violations())
+    assert not found, "imports against the layers (docs/architecture.md):\n" + "\n".join(
+        f"  {a} -> {b}" for a, b in found
     )
 
 
@@ -171,3 +159,71 @@ def test_vendor_adapters_take_only_wire_facts_from_the_catalog() -> None:
     assert reaching == []
     wire = [imported for module, imported in _all_imports() if module == "catalog.vendor_wire"]
     assert not any(_layer_of(imported) for imported in wire)  # nothing of ours
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Our modules and the modules of ours each one imports (a package is its ``__init__``)."""
+    known = {
+        module
+        for package in {name.split(".")[0] for names in LAYERS for name in names} | set(ISOLATED)
+        for module, _ in _modules(package)
+    }
+    graph: dict[str, set[str]] = {module: set() for module in known}
+    for module, imported in _all_imports():
+        if imported in known and imported != module:
+            graph[module].add(imported)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of ``graph`` with more than one module (Tarjan's
+    algorithm, iterative), each sorted; sorted by their first module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_module_imports_itself_back() -> None:
+    """Inside a package as between them: no module is reached again from what it imports
+    (imports inside functions included; a package is its ``__init__``)."""
+    assert _cycles(_module_graph()) == []

@@ -38,10 +38,10 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from billing.errors import InsufficientFunds
 from billing.services import HoldExists, hold_open, hold_settle
 from catalog.routing import Candidate, RoutingDecision
 from catalog.types import CircuitState
-from config.errors import InsufficientQuota
 from inference.http import ApiRequest, Response, StreamingResponse
 from inference.models import RequestLog, RequestStatus
 from inference.pipeline import Call
@@ -243,8 +243,8 @@ def _hold_what_is_available(charge: StorageCharge) -> int:
     try:
         hold(charge.amount_nanos)
         return charge.amount_nanos
-    except InsufficientQuota as exc:
-        amount = min(exc.available_nanos or 0, charge.amount_nanos)
+    except InsufficientFunds as exc:
+        amount = min(exc.available_nanos, charge.amount_nanos)
     if amount > 0:
         hold(amount)
     return amount

@@ -8,14 +8,10 @@
 """
 
 from billing.services.holds import (
-    CODE_BUDGET,
-    CODE_KEY_BUDGET,
-    CODE_WALLET,
     HoldExists,
     HoldNotFound,
     Settled,
     ahold_open,
-    ahold_settle,
     aholds_renew,
     aprocess_seen,
     arequest_low_balance,
@@ -31,14 +27,10 @@ from billing.services.holds import (
 from billing.services.wallet import wallet_adjust, wallet_credit, wallet_get_or_create
 
 __all__ = [
-    "CODE_BUDGET",
-    "CODE_KEY_BUDGET",
-    "CODE_WALLET",
     "HoldExists",
     "HoldNotFound",
     "Settled",
     "ahold_open",
-    "ahold_settle",
     "aholds_renew",
     "aprocess_seen",
     "arequest_low_balance",

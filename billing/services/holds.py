@@ -7,12 +7,15 @@ How a caller uses it (one call = one ``request_id``)::
     try:
         … call the vendor …
     finally:
-        await ahold_settle(request_id=rid, actual_nanos=cost_so_far)
+        async with adb.connection() as conn:
+            settled = await asettle(conn, request_id=rid, actual_nanos=cost_so_far)
+        … pass settled.recharge_wallet_id to arequest_recharge (and low_balance_wallet_id to
+          arequest_low_balance) when not None …
 
 1. **Open before any vendor call** (:func:`hold_open`): it reserves the worst-case cost against
    the organization's available balance (balance − open holds), or raises
-   :class:`~config.errors.InsufficientQuota` (HTTP 402) with nothing written: then do not call
-   the vendor and do not settle.
+   :class:`~billing.errors.InsufficientFunds` (which limit, the amounts; the web layer answers
+   it as a 402) with nothing written: then do not call the vendor and do not settle.
 2. **Settle exactly once, in ``finally``** (:func:`hold_settle`) — on success, vendor error,
    client disconnect and cancellation: it charges ``min(actual, hold)`` and releases the hold.
    A second settle (even concurrent) changes nothing and returns the same amount.
@@ -27,9 +30,9 @@ placeholders (:data:`_OPEN`, :data:`_KEY_SPENT`, :data:`_REFUSAL`, :func:`_settl
 :data:`_SETTLED`, :data:`_RENEW`, :data:`_EXPIRE`), and each operation is a parameter builder,
 one execution and a reading of its row. The execution is either
 
-- **on the event loop** (:func:`ahold_open`, :func:`asettle`, :func:`ahold_settle`,
-  :func:`aholds_renew`: the request path): asyncpg through :mod:`config.adb`, prepared once per
-  connection. Opening and settlement commit without waiting for the disk (``defer``:
+- **on the event loop** (:func:`ahold_open`, :func:`asettle`, :func:`aholds_renew`: the
+  request path): asyncpg through :mod:`config.adb`, prepared once per connection.
+  Opening and settlement commit without waiting for the disk (``defer``:
   :data:`config.adb.DEFER_FLUSH`), so a wallet row is locked only while a statement runs, and
   :func:`asettle` waits for the disk (:func:`config.adb.flush`) before it returns: no answer
   leaves before its charge is durable; or
@@ -61,6 +64,7 @@ from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from billing.errors import FundsLimit, InsufficientFunds
 from billing.models import Hold, HoldStatus, LedgerEntry, Process, ProjectSpend, Wallet
 from billing.services.ledger import (
     LOW_BALANCE_DUE,
@@ -71,8 +75,6 @@ from billing.services.ledger import (
     task_enqueue,
 )
 from config import adb, live
-from config.errors import InsufficientQuota
-from money.usd import nanos_to_usd_str
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +84,6 @@ SPEND = ProjectSpend._meta.db_table
 LEDGER = LedgerEntry._meta.db_table
 PROCESS = Process._meta.db_table
 
-CODE_WALLET = "insufficient_quota"
-CODE_BUDGET = "project_budget_exceeded"
-CODE_KEY_BUDGET = "key_budget_exceeded"
 LATE_DESCRIPTION = "usage (after hold expiry)"
 
 
@@ -221,39 +220,30 @@ def _key_budget_check(p: Mapping[str, Any], row: Any) -> None:
     the opening statement itself would read that statement's older snapshot and could let two
     holds pass together). The sum counts this hold (same transaction): settled holds at what
     they charged, open ones at their amount, expired ones at nothing. Raises
-    ``InsufficientQuota`` (``key_budget_exceeded``); the caller's transaction then rolls the
-    hold back.
+    :class:`~billing.errors.InsufficientFunds` (``KEY_BUDGET``); the caller's transaction then
+    rolls the hold back.
     """
     spent, budget = int(row[0]), int(p["key_budget"])
     if spent > budget:
-        left = max(budget - (spent - p["amount"]), 0)
-        raise InsufficientQuota(
-            "This request would exceed this API key's monthly budget of "
-            f"${nanos_to_usd_str(budget)} (${nanos_to_usd_str(left)} left this month). "
-            "Raise the key's budget or wait for the next month.",
-            code=CODE_KEY_BUDGET,
-            available_nanos=left,
+        raise InsufficientFunds(
+            limit=FundsLimit.KEY_BUDGET,
+            needed_nanos=p["amount"],
+            available_nanos=max(budget - (spent - p["amount"]), 0),
+            budget_nanos=budget,
         )
 
 
-def _refusal(p: Mapping[str, Any], row: Any) -> InsufficientQuota:
+def _refusal(p: Mapping[str, Any], row: Any) -> InsufficientFunds:
     """Which limit refused the hold (``row``: :data:`_REFUSAL`, read after the rollback)."""
     avail, amount, budget = int(row[0] or 0), p["amount"], p["budget"]
     if avail >= amount and budget is not None:
-        return InsufficientQuota(
-            "This request would exceed the project's monthly budget of "
-            f"${nanos_to_usd_str(budget)}. Raise the project's budget in the dashboard or wait "
-            "for the next month.",
-            code=CODE_BUDGET,
+        return InsufficientFunds(
+            limit=FundsLimit.PROJECT_BUDGET,
+            needed_nanos=amount,
             available_nanos=min(avail, max(budget - int(row[1] or 0), 0)),
+            budget_nanos=budget,
         )
-    return InsufficientQuota(
-        "You exceeded your current quota: this request may cost up to "
-        f"${nanos_to_usd_str(amount)} and your organization's available balance is "
-        f"${nanos_to_usd_str(avail)}. Add credit in the dashboard to continue.",
-        code=CODE_WALLET,
-        available_nanos=avail,
-    )
+    return InsufficientFunds(limit=FundsLimit.WALLET, needed_nanos=amount, available_nanos=avail)
 
 
 def hold_open(
@@ -272,16 +262,17 @@ def hold_open(
     the hold row are one statement; a key budget (``key_budget_nanos``) costs one more.
 
     - Returns ``None``: the hold is open. **You must settle it** on every exit path.
-    - ``InsufficientQuota`` code ``insufficient_quota``: the wallet cannot cover
-      ``amount_nanos`` (or the organization has no wallet). Answer the 402 as is (it carries
-      ``x-should-retry: false``). ``exc.available_nanos`` is the wallet's available balance
-      (≥ 0), to say which ``max_tokens`` would fit.
-    - ``project_budget_exceeded``: month-to-date usage + open holds + ``amount_nanos`` would
-      exceed ``budget_nanos``; ``available_nanos`` is the smaller of the wallet's available
-      balance and what is left of the budget.
-    - ``key_budget_exceeded``: the key's holds this UTC month (settled ones at what they
-      charged, open ones at their amount) + ``amount_nanos`` would exceed
-      ``key_budget_nanos``; ``available_nanos`` is what is left of it.
+    - :class:`~billing.errors.InsufficientFunds` with ``limit``
+      :attr:`~billing.errors.FundsLimit.WALLET`: the wallet cannot cover ``amount_nanos`` (or
+      the organization has no wallet); ``exc.available_nanos`` is the wallet's available
+      balance, to say which ``max_tokens`` would fit. The web layer answers it as a 402
+      (:func:`inference.errors.api_error`).
+    - ``PROJECT_BUDGET``: month-to-date usage + open holds + ``amount_nanos`` would exceed
+      ``budget_nanos``; ``available_nanos`` is the smaller of the wallet's available balance
+      and what is left of the budget.
+    - ``KEY_BUDGET``: the key's holds this UTC month (settled ones at what they charged, open
+      ones at their amount) + ``amount_nanos`` would exceed ``key_budget_nanos``;
+      ``available_nanos`` is what is left of it.
     - :class:`HoldExists`: ``request_id`` was used before (a programming error).
 
     On every refusal nothing was written. ``None`` budgets mean none.
@@ -516,23 +507,6 @@ async def asettle(
         # what was done (settling again would find the hold closed).
         log.warning("settlement of %s committed, its flush failed: %r", request_id, exc)
     return _settled(row)
-
-
-async def ahold_settle(*, request_id: str, actual_nanos: int, description: str = "") -> int:
-    """:func:`hold_settle` on the event loop (:func:`asettle`), same contract; a due
-    auto-recharge is asked for after the commit."""
-    async with adb.connection() as conn:
-        settled = await asettle(
-            conn, request_id=request_id, actual_nanos=actual_nanos, description=description
-        )
-        if settled is None:
-            row = await _afetchrow(conn, _SETTLED, {"rid": request_id})
-            return _charged_before(request_id, row)
-    if settled.recharge_wallet_id is not None:
-        await arequest_recharge(settled.recharge_wallet_id)
-    if settled.low_balance_wallet_id is not None:
-        await arequest_low_balance(settled.low_balance_wallet_id)
-    return settled.charged
 
 
 async def arequest_recharge(wallet_id: int) -> None:

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.routing import PREFERENCES, prefer_refusal
 from config.errors import InvalidRequest, invalid_type, missing_param
 from inference import tokens
+from inference.validation import (
+    EXTENSIONS,
+    check_routing_fields,
+    invalid_choice,
+    is_int,
+    is_number,
+    number,
+    positive_int,
+)
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
-# The largest integer OpenAI accepts for a count such as max_tokens (int32); a bigger value is a
-# 400 naming the field, never a rate-limit or a server error further down.
-MAX_INT32 = 2**31 - 1
 _INT64 = (-(2**63), 2**63 - 1)
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 # OpenAI request fields we accept and forward as they are.
@@ -70,8 +74,9 @@ _ACCEPTED_NOT_FORWARDED = {
 }
 # Legacy function calling, translated to tools / tool_choice before validation.
 _LEGACY = {"functions", "function_call"}
-# The platform's own fields (sent through extra_body).
-_EXTENSIONS = {"task", "prefer", "cache"}
+# The platform's own fields (sent through extra_body): every endpoint's, and chat's ``cache``
+# (``false``: never answer from the response cache; the other endpoints take no such opt-out).
+_EXTENSIONS = {*EXTENSIONS, "cache"}
 _REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
 _VERBOSITIES = ("low", "medium", "high")
 
@@ -116,81 +121,12 @@ class ChatRequest:
         return self.payload.get("temperature") == 0 or self.payload.get("seed") is not None
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def number(data: dict[str, Any], name: str, low: float, high: float) -> float | None:
-    """The number field ``name`` within ``[low, high]`` (``None`` when absent), else a 400."""
-    value = data.get(name)
-    if value is None:
-        return None
-    if not _is_number(value):
-        raise invalid_type(name, "a number")
-    if not low <= value <= high:
-        raise InvalidRequest(
-            f"Invalid value for '{name}': {json.dumps(value)}. It must be between {low:g} and "
-            f"{high:g}.",
-            param=name,
-        )
-    return float(value)
-
-
-def positive_int(data: dict[str, Any], name: str, high: int | None = None) -> int | None:
-    """The integer field ``name`` in ``1..high`` (``None`` when absent), else a 400.
-
-    Without ``high`` the bound is :data:`MAX_INT32`, worded as OpenAI words it."""
-    value = data.get(name)
-    if value is None:
-        return None
-    if not _is_int(value):
-        raise invalid_type(name, "an integer")
-    if high is None and value > MAX_INT32:
-        raise InvalidRequest(
-            f"Invalid '{name}': integer above maximum value. Expected a value <= {MAX_INT32}, "
-            f"but got {value} instead.",
-            code="integer_above_max_value",
-            param=name,
-        )
-    if value < 1 or (high is not None and value > high):
-        limit = f" and at most {high}" if high is not None else ""
-        raise InvalidRequest(
-            f"Invalid value for '{name}': {value}. It must be a positive integer{limit}.",
-            param=name,
-        )
-    return int(value)
-
-
-def invalid_choice(name: str, value: Any, allowed: Iterable[str]) -> InvalidRequest:
-    """The 400 for ``value`` of the field ``name`` that is not one of ``allowed`` (listed)."""
-    return InvalidRequest(
-        f"Invalid value for '{name}': {json.dumps(value)}. Supported values are: "
-        + ", ".join(f"'{a}'" for a in allowed)
-        + ".",
-        param=name,
-    )
-
-
-def check_routing_fields(data: dict[str, Any]) -> None:
-    """The platform's ``task`` and ``prefer`` (from ``extra_body``): strings, and ``prefer``
-    one of :data:`~catalog.routing.PREFERENCES`; else a 400 naming the field."""
-    for name in ("task", "prefer"):
-        if data.get(name) is not None and not isinstance(data[name], str):
-            raise invalid_type(name, "a string")
-    if data.get("prefer") is not None and data["prefer"] not in PREFERENCES:
-        raise prefer_refusal(data["prefer"])
-
-
 def _check_penalties(data: dict[str, Any]) -> None:
     for name in ("presence_penalty", "frequency_penalty"):
         value = data.get(name)
         if value is None:
             continue
-        if not _is_number(value):
+        if not is_number(value):
             raise invalid_type(name, "a number")
         if value != 0:
             raise InvalidRequest(
@@ -407,7 +343,7 @@ def _check_misc(data: dict[str, Any]) -> None:
         if len(stops) > 4:
             raise InvalidRequest("'stop' takes at most 4 sequences.", param="stop")
     if data.get("seed") is not None:
-        if not _is_int(data["seed"]):
+        if not is_int(data["seed"]):
             raise invalid_type("seed", "an integer")
         if not _INT64[0] <= data["seed"] <= _INT64[1]:
             raise InvalidRequest(
@@ -415,7 +351,7 @@ def _check_misc(data: dict[str, Any]) -> None:
             )
     top_logprobs = data.get("top_logprobs")
     if top_logprobs is not None:
-        if not _is_int(top_logprobs) or not 0 <= top_logprobs <= 20:
+        if not is_int(top_logprobs) or not 0 <= top_logprobs <= 20:
             raise InvalidRequest(
                 "'top_logprobs' must be an integer between 0 and 20.", param="top_logprobs"
             )
@@ -428,7 +364,7 @@ def _check_misc(data: dict[str, Any]) -> None:
         if not isinstance(bias, dict):
             raise invalid_type("logit_bias", "an object mapping token ids to numbers")
         for token, value in bias.items():
-            if not str(token).isdigit() or not _is_number(value) or not -100 <= value <= 100:
+            if not str(token).isdigit() or not is_number(value) or not -100 <= value <= 100:
                 raise InvalidRequest(
                     "'logit_bias' maps token ids to numbers between -100 and 100.",
                     param="logit_bias",

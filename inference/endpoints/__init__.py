@@ -1,12 +1,2 @@
-"""``/v1`` endpoints. Importing this package registers every route with :mod:`inference.http`."""
-
-from inference.endpoints import (  # noqa: F401
-    audio,
-    chat,
-    embeddings,
-    images,
-    models,
-    moderations,
-    openapi,
-    responses,
-)
+"""``/v1`` endpoints, one module each (:mod:`inference.routes` imports them all). The package
+itself imports nothing, so its modules can import one another one way."""

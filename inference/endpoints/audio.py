@@ -38,6 +38,7 @@ from django.conf import settings
 
 from billing.selectors import wallet_summary
 from catalog.routing import RoutingRequest
+from config.background import spawn
 from config.db import db_async
 from config.errors import (
     InsufficientQuota,
@@ -47,13 +48,13 @@ from config.errors import (
     missing_param,
 )
 from inference import multipart, relay, response_cache
-from inference.chat.validation import number
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
 from inference.models import RequestStatus
 from inference.multipart import Upload
-from inference.pipeline import Call, spawn
+from inference.pipeline import Call
 from inference.usage import Billed
+from inference.validation import number
 from inference.vendors.base import JSON
 from money.pricing import Usage
 from money.usd import nanos_to_usd_str

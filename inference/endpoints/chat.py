@@ -22,13 +22,16 @@ from typing import Any
 
 from django.conf import settings
 
+from billing.errors import FundsLimit, InsufficientFunds
 from catalog.routing import Candidate, RoutingRequest
+from config.background import spawn
 from config.errors import InsufficientQuota, UpstreamError
 from inference import relay, response_cache, tokens
 from inference.chat.validation import ChatRequest, parse_chat_request, to_legacy_function_call
+from inference.errors import insufficient_quota
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
 from inference.models import RequestStatus
-from inference.pipeline import Call, spawn
+from inference.pipeline import Call
 from inference.usage import (
     INVALID_USAGE_NOTE,
     OUTPUT_CAP_NOTE,
@@ -229,18 +232,19 @@ async def _hold(call: Call, chat: ChatRequest) -> None:
     assert call.decision is not None
     try:
         await call.hold(worst_case=lambda candidate: worst_case(chat, candidate))
-    except InsufficientQuota as exc:
+    except InsufficientFunds as exc:
         raise with_max_tokens_hint(exc, chat, call.decision.candidates) from None
 
 
 def with_max_tokens_hint(
-    exc: InsufficientQuota, chat: ChatRequest, candidates: Sequence[Candidate]
+    exc: InsufficientFunds, chat: ChatRequest, candidates: Sequence[Candidate]
 ) -> InsufficientQuota:
-    """``exc`` (a 402 for the wallet) saying which ``max_tokens`` would fit what is available,
-    or that lowering it would not be enough. Other 402s are returned as they are."""
-    available = getattr(exc, "available_nanos", None)
-    if exc.code != "insufficient_quota" or available is None or not candidates:
-        return exc
+    """The 402 answering ``exc`` (:func:`inference.errors.insufficient_quota`); for the
+    wallet, saying which ``max_tokens`` would fit what is available, or that lowering it would
+    not be enough. A budget's 402 has no hint."""
+    if exc.limit is not FundsLimit.WALLET or not candidates:
+        return insufficient_quota(exc)
+    available = exc.available_nanos
     fits: list[int] = []
     for candidate in candidates:
         prompt = cost_nanos(
@@ -255,9 +259,7 @@ def with_max_tokens_hint(
         if fit >= 1
         else " Lowering max_tokens would not be enough: the prompt alone needs more."
     )
-    return InsufficientQuota(
-        exc.message + hint, code=exc.code, headers=exc.headers(), available_nanos=available
-    )
+    return insufficient_quota(exc, hint=hint)
 
 
 def completion_usage(call: Call, chat: ChatRequest, body: JSON) -> Billed:

@@ -23,10 +23,10 @@ from typing import Any
 from catalog.routing import Candidate
 from config.errors import InvalidRequest, UpstreamError, invalid_type, missing_param
 from inference import tokens
-from inference.chat.validation import positive_int
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
 from inference.usage import Billed
+from inference.validation import positive_int
 from inference.vendors.base import JSON
 from money.pricing import Usage
 

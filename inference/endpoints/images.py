@@ -27,12 +27,12 @@ from django.core import signing
 
 from config import fastcache
 from config.errors import NotFound
-from inference.chat.validation import positive_int
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
 from inference.usage import Billed
-from inference.vendors import Adapter, VendorTarget, errors
-from inference.vendors.base import JSON
+from inference.validation import positive_int
+from inference.vendors import errors
+from inference.vendors.base import JSON, Adapter, VendorTarget
 from money.pricing import Usage
 
 ENDPOINT = "images.generations"

@@ -16,21 +16,18 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from catalog.routing import Candidate, RoutingRequest
+from config.background import spawn
 from config.errors import InvalidRequest, invalid_type, missing_param
 from inference import response_cache
-from inference.chat.validation import check_routing_fields, invalid_choice
 from inference.http import ApiRequest
-from inference.pipeline import Call, spawn
+from inference.pipeline import Call
 from inference.usage import Billed
-from inference.vendors import Adapter, VendorTarget
-from inference.vendors.base import JSON
+from inference.validation import EXTENSIONS, check_routing_fields, invalid_choice
+from inference.vendors.base import JSON, Adapter, VendorTarget
 from money.pricing import Usage
 
 T = TypeVar("T")
 VendorCall = Callable[[Adapter, VendorTarget, Candidate], Awaitable[T]]
-
-# The platform's own fields (sent through the SDKs' ``extra_body``).
-EXTENSIONS = frozenset({"task", "prefer"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +41,9 @@ class Routing:
 
 
 def reject_unknown(data: dict[str, Any], allowed: Iterable[str]) -> None:
-    """400 ``unknown_parameter`` naming the first field of ``data`` not in ``allowed``."""
-    unknown = sorted(set(data) - set(allowed) - EXTENSIONS)
+    """400 ``unknown_parameter`` naming the first field of ``data`` not in ``allowed`` (nor
+    the platform's :data:`~inference.validation.EXTENSIONS`)."""
+    unknown = sorted(set(data).difference(allowed, EXTENSIONS))
     if unknown:
         raise InvalidRequest(
             f"Unrecognized request argument supplied: {unknown[0]}",

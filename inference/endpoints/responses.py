@@ -15,6 +15,8 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+from catalog.errors import RoutingError
+from config.background import spawn
 from config.errors import ApiError
 from inference import relay, response_cache
 from inference.chat.validation import ChatRequest
@@ -34,7 +36,7 @@ from inference.endpoints.chat import (
 )
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
 from inference.models import RequestStatus
-from inference.pipeline import Call, spawn
+from inference.pipeline import Call
 from inference.responses.translate import (
     ResponsesRequest,
     StreamTranslator,
@@ -66,7 +68,7 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
     payload = {k: v for k, v in chat.payload.items() if k != "max_tokens" or v is not None}
     try:  # routing first: a request no model can take is a 400 (param as Responses names it)
         await route_and_limit(call, chat)
-    except ApiError as exc:
+    except (ApiError, RoutingError) as exc:
         exc.param = responses_param(exc.param)
         raise
     key, hit = await cached_answer(call, chat)

@@ -12,20 +12,20 @@ from typing import Any
 
 from django.db import connections
 
+from billing.errors import InsufficientFunds
 from billing.services import hold_open
-from config.errors import InsufficientQuota
 
 
 class HoldAttempts:
     """The outcomes of ``hold_open`` calls made from several threads with the same ``hold``
     arguments (all but ``request_id``): ``ok``, the request ids of the holds opened; ``refused``,
-    the ``InsufficientQuota`` codes; ``errors``, anything else raised (``repr``), which a test
-    fails on."""
+    the limits that refused them (:class:`~billing.errors.FundsLimit`); ``errors``, anything
+    else raised (``repr``), which a test fails on."""
 
     def __init__(self, **hold: Any) -> None:
         self.hold = hold
         self.ok: list[str] = []
-        self.refused: list[str] = []
+        self.refused: list[str] = []  # FundsLimit values
         self.errors: list[str] = []
         self._lock = threading.Lock()
 
@@ -41,8 +41,8 @@ class HoldAttempts:
     def _attempt(self, request_id: str) -> None:
         try:
             hold_open(request_id=request_id, **self.hold)
-        except InsufficientQuota as exc:
-            outcomes, outcome = self.refused, exc.code
+        except InsufficientFunds as exc:
+            outcomes, outcome = self.refused, exc.limit
         except Exception as exc:  # recorded for the test, which fails on any
             outcomes, outcome = self.errors, repr(exc)
         else:

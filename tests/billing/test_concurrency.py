@@ -19,11 +19,11 @@ import time
 import pytest
 from django.conf import settings
 from django.db import connections, transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Wallet
-from billing.selectors import ledger_sum
 from billing.services import Settled, asettle, hold_settle, holds_expire
 from billing.services.holds import hold_expire
 from config import adb
@@ -40,6 +40,12 @@ IN_PROCESS = 96
 PROCESSES = 2
 PER_PROCESS = 64
 PROCESS_THREADS = 4
+
+
+def _ledger_sum(*, wallet_id: int) -> int:
+    """The sum of a wallet's ledger entries (what its balance must equal)."""
+    total = LedgerEntry.objects.filter(wallet_id=wallet_id).aggregate(s=Sum("amount_nanos"))["s"]
+    return int(total or 0)
 
 
 def _spawn(tenant, prefix: str) -> subprocess.Popen[str]:
@@ -164,7 +170,7 @@ def test_holds_from_threads_and_processes_never_overspend(make_tenant):
     monitor.stop.set()
     monitor.join()
     wallet.refresh_from_db()
-    drift = wallet.balance_nanos - ledger_sum(wallet_id=wallet_id)
+    drift = wallet.balance_nanos - _ledger_sum(wallet_id=wallet_id)
     usage = LedgerEntry.objects.filter(wallet_id=wallet_id, kind=EntryKind.USAGE).count()
     print(
         f"[settle] double settles={len(ok)} pairs usage_entries={usage} "
@@ -213,7 +219,7 @@ def test_concurrent_double_settle_is_one_debit(make_tenant):
         charged = -entries.get(request_id=rid).amount_nanos
         assert charged in (AMOUNT, 2 * AMOUNT)
     assert wallet.held_nanos == 0
-    assert wallet.balance_nanos == ledger_sum(wallet_id=wallet.pk)
+    assert wallet.balance_nanos == _ledger_sum(wallet_id=wallet.pk)
     assert sorted(results).count(AMOUNT) % 2 == 0
 
 

@@ -11,8 +11,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from billing.audit import audit_findings
+from billing.errors import FundsLimit, InsufficientFunds
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, ProjectSpend, Wallet
-from billing.selectors import ledger_page, project_usage, wallet_summary
+from billing.selectors import ledger_page, wallet_summary
 from billing.services import (
     HoldExists,
     HoldNotFound,
@@ -20,8 +21,8 @@ from billing.services import (
     holds_expire,
     holds_renew,
 )
-from billing.services.holds import _usd
-from config.errors import InsufficientQuota
+from billing.services.holds import _usd, month_start
+from inference.errors import api_error
 from money.usd import nanos_to_usd_str
 from tests.billing.conftest import USD, open_hold, request_log
 
@@ -30,6 +31,11 @@ pytestmark = pytest.mark.django_db
 
 def _wallet(t) -> Wallet:
     return Wallet.objects.get(organization=t.org)
+
+
+def _spend(t) -> ProjectSpend:
+    """The tenant's project's counter for this UTC month (what its budget is enforced against)."""
+    return ProjectSpend.objects.get(project=t.project, month=month_start(timezone.now()))
 
 
 def test_hold_reserves_and_settle_debits_actual_capped(make_tenant):
@@ -48,18 +54,20 @@ def test_hold_reserves_and_settle_debits_actual_capped(make_tenant):
         "req_a",
     )
     assert (usage.project_id, usage.api_key_id) == (t.project.pk, t.key.pk)
-    assert project_usage(organization_id=t.org.pk)[t.project.pk].used_nanos == 3 * USD
+    assert _spend(t).used_nanos == 3 * USD
     assert not audit_findings().money
 
 
 def test_insufficient_wallet_is_402_and_writes_nothing(make_tenant):
     t = make_tenant(balance_nanos=USD)
-    with pytest.raises(InsufficientQuota) as err:
+    with pytest.raises(InsufficientFunds) as err:
         open_hold(t, "req_x", USD + 1)
-    assert err.value.code == "insufficient_quota"
-    assert err.value.status == 402 and err.value.headers()["x-should-retry"] == "false"
-    assert "available balance is $1" in err.value.message
-    assert err.value.available_nanos == USD
+    assert err.value.limit is FundsLimit.WALLET
+    assert (err.value.needed_nanos, err.value.available_nanos) == (USD + 1, USD)
+    answer = api_error(err.value)
+    assert answer is not None and answer.code == "insufficient_quota"
+    assert answer.status == 402 and answer.headers()["x-should-retry"] == "false"
+    assert "available balance is $1" in answer.message
     assert not Hold.objects.exists()
     assert _wallet(t).held_nanos == 0
     assert not ProjectSpend.objects.filter(held_nanos__gt=0).exists()
@@ -69,9 +77,9 @@ def test_insufficient_wallet_is_402_and_writes_nothing(make_tenant):
 def test_no_wallet_is_insufficient_quota(make_tenant):
     t = make_tenant()
     Wallet.objects.filter(organization=t.org).delete()
-    with pytest.raises(InsufficientQuota) as err:
+    with pytest.raises(InsufficientFunds) as err:
         open_hold(t, "req_x", 1)
-    assert err.value.code == "insufficient_quota"
+    assert err.value.limit is FundsLimit.WALLET and err.value.available_nanos == 0
 
 
 def test_project_budget_counts_usage_and_open_holds(make_tenant):
@@ -79,11 +87,13 @@ def test_project_budget_counts_usage_and_open_holds(make_tenant):
     open_hold(t, "r1", 2 * USD, budget_nanos=5 * USD)
     hold_settle(request_id="r1", actual_nanos=2 * USD)  # used 2
     open_hold(t, "r2", 2 * USD, budget_nanos=5 * USD)  # held 2
-    with pytest.raises(InsufficientQuota) as err:
+    with pytest.raises(InsufficientFunds) as err:
         open_hold(t, "r3", USD + 1, budget_nanos=5 * USD)  # 2 + 2 + 1.000000001 > 5
-    assert err.value.code == "project_budget_exceeded"
-    assert "monthly budget of $5" in err.value.message
+    assert err.value.limit is FundsLimit.PROJECT_BUDGET and err.value.budget_nanos == 5 * USD
     assert err.value.available_nanos == USD  # 5 − 2 used − 2 held
+    answer = api_error(err.value)
+    assert answer is not None and answer.code == "project_budget_exceeded"
+    assert "monthly budget of $5" in answer.message
     open_hold(t, "r4", USD, budget_nanos=5 * USD)  # exactly 5
     spend = ProjectSpend.objects.get(project=t.project)
     assert (spend.used_nanos, spend.held_nanos) == (2 * USD, 3 * USD)
@@ -140,7 +150,7 @@ def test_expired_hold_is_released_visibly_and_late_settle_still_charges(make_ten
     assert hold_settle(request_id="req_dead", actual_nanos=USD) == USD
     w = _wallet(t)
     assert (w.balance_nanos, w.held_nanos) == (9 * USD, USD)
-    assert project_usage(organization_id=t.org.pk)[t.project.pk].held_nanos == USD
+    assert _spend(t).held_nanos == USD
     assert not audit_findings().money
 
 
@@ -155,12 +165,12 @@ def test_billing_audit_command_reports_drift(make_tenant, capsys):
     assert "drift 1000000000" in capsys.readouterr().err
 
 
-def test_402_carries_what_is_available_after_open_holds(make_tenant):
+def test_a_refusal_carries_what_is_available_after_open_holds(make_tenant):
     t = make_tenant(balance_nanos=USD)
     open_hold(t, "req_a", 300_000_000)
-    with pytest.raises(InsufficientQuota) as err:
+    with pytest.raises(InsufficientFunds) as err:
         open_hold(t, "req_b", USD)
-    assert err.value.code == "insufficient_quota"
+    assert err.value.limit is FundsLimit.WALLET
     assert err.value.available_nanos == 700_000_000
 
 
@@ -199,7 +209,7 @@ def test_late_settlement_charges_at_most_what_is_available(make_tenant):
     assert usage.amount_nanos == -2 * USD
     assert "$1 of $3 uncollected" in usage.description
     assert Hold.objects.get(request_id="slow").captured_nanos == 2 * USD
-    assert project_usage(organization_id=t.org.pk)[t.project.pk].used_nanos == 2 * USD
+    assert _spend(t).used_nanos == 2 * USD
     # The other call settles in full: its reservation was never touched.
     assert hold_settle(request_id="other", actual_nanos=8 * USD) == 8 * USD
     assert _wallet(t).balance_nanos == 0

@@ -8,10 +8,10 @@ import threading
 import pytest
 
 from accounts.services import api_key_create
+from billing.errors import FundsLimit, InsufficientFunds
 from billing.models import Hold, HoldStatus, Wallet
-from billing.services import CODE_KEY_BUDGET, ahold_open, hold_settle
+from billing.services import ahold_open, hold_settle
 from config import adb
-from config.errors import InsufficientQuota
 from tests.billing.attempts import HoldAttempts
 from tests.billing.conftest import USD, open_hold
 
@@ -43,7 +43,7 @@ def test_concurrent_holds_on_one_key_never_exceed_its_budget(make_tenant):
         th.join()
     assert not holds.errors
     assert len(holds.ok) == 5
-    assert holds.refused == [CODE_KEY_BUDGET] * (THREADS * PER_THREAD - 5)
+    assert holds.refused == [FundsLimit.KEY_BUDGET] * (THREADS * PER_THREAD - 5)
     open_rids = set(
         Hold.objects.filter(api_key=tenant.key, status=HoldStatus.OPEN).values_list(
             "request_id", flat=True
@@ -76,10 +76,10 @@ def test_concurrent_async_holds_on_one_key_never_exceed_its_budget(make_tenant):
             await adb.close()
 
     results = asyncio.run(race())
-    refused = [r for r in results if isinstance(r, InsufficientQuota)]
+    refused = [r for r in results if isinstance(r, InsufficientFunds)]
     assert len(refused) == 48 - 7
-    assert {r.code for r in refused} == {CODE_KEY_BUDGET}
-    assert [r for r in results if r is not None and not isinstance(r, InsufficientQuota)] == []
+    assert {r.limit for r in refused} == {FundsLimit.KEY_BUDGET}
+    assert [r for r in results if r is not None and not isinstance(r, InsufficientFunds)] == []
     assert Hold.objects.filter(api_key=tenant.key, status=HoldStatus.OPEN).count() == 7
     assert Wallet.objects.get(organization=tenant.org).held_nanos == budget
 
@@ -88,14 +88,14 @@ def test_settled_holds_count_at_what_they_charged(make_tenant):
     tenant = make_tenant(balance_nanos=USD)
     budget = 3 * AMOUNT
     _open(tenant, tenant.key.pk, "a", 2 * AMOUNT, budget)
-    with pytest.raises(InsufficientQuota) as refused:
+    with pytest.raises(InsufficientFunds) as refused:
         _open(tenant, tenant.key.pk, "b", 2 * AMOUNT, budget)
-    assert refused.value.code == CODE_KEY_BUDGET
+    assert refused.value.limit is FundsLimit.KEY_BUDGET and refused.value.budget_nanos == budget
     assert refused.value.available_nanos == AMOUNT
     assert not Hold.objects.filter(request_id="b").exists()
     assert hold_settle(request_id="a", actual_nanos=AMOUNT // 2) == AMOUNT // 2
     _open(tenant, tenant.key.pk, "b", 2 * AMOUNT, budget)  # 0.5 spent + 2 held <= 3
-    with pytest.raises(InsufficientQuota) as again:
+    with pytest.raises(InsufficientFunds) as again:
         _open(tenant, tenant.key.pk, "c", AMOUNT, budget)
     assert again.value.available_nanos == AMOUNT // 2
 
@@ -104,7 +104,7 @@ def test_a_key_over_budget_leaves_the_other_keys_of_the_org_working(make_tenant)
     tenant = make_tenant(balance_nanos=USD)
     other, _ = api_key_create(project=tenant.project)
     _open(tenant, tenant.key.pk, "x1", AMOUNT, AMOUNT)
-    with pytest.raises(InsufficientQuota):
+    with pytest.raises(InsufficientFunds):
         _open(tenant, tenant.key.pk, "x2", AMOUNT, AMOUNT)
     _open(tenant, other.pk, "y1", 10 * AMOUNT, None)
     _open(tenant, other.pk, "y2", 10 * AMOUNT, 20 * AMOUNT)

@@ -11,10 +11,10 @@ from django.utils import timezone
 
 from catalog import validation
 from catalog.documents import SEED_PATH, CatalogDocumentError, catalog_load, read_document
+from catalog.errors import RoutingRefused
 from catalog.models import Offering, Vendor
 from catalog.routing import RoutingRequest, decide_route
 from catalog.types import CatalogSnapshot
-from config.errors import InvalidRequest
 
 LLAMA = "Meta-Llama-3.3-70B-Instruct"
 PRESETS = ("groq", "together", "fireworks", "mistral", "xai", "openrouter", "ollama", "vllm",
@@ -105,11 +105,11 @@ def test_only_the_values_a_vendor_takes_keep_it(llama_on_groq_and_gpu):
 
 
 def test_a_pin_to_the_refusing_vendor_is_a_400_naming_the_parameter(llama_on_groq_and_gpu):
-    with pytest.raises(InvalidRequest) as info:
+    with pytest.raises(RoutingRefused) as info:
         _route(llama_on_groq_and_gpu, f"groq/{LLAMA}", top_logprobs=2, logprobs=True)
     assert info.value.param == "logprobs"
     assert "Vendor 'groq'" in str(info.value)
-    with pytest.raises(InvalidRequest) as info:
+    with pytest.raises(RoutingRefused) as info:
         _route(llama_on_groq_and_gpu, f"groq/{LLAMA}", n=3)
     assert info.value.param == "n" and info.value.code == "invalid_value"
 
@@ -120,7 +120,7 @@ def test_a_model_only_refusing_vendors_can_serve_is_a_400_not_a_503(
     Offering.objects.filter(model__model_id=LLAMA).exclude(vendor__name="groq").delete()
     monkeypatch.setenv("GROQ_API_KEY", "gsk-test")
     snapshot = make_routable("groq")
-    with pytest.raises(InvalidRequest) as info:
+    with pytest.raises(RoutingRefused) as info:
         _route(snapshot, LLAMA, logprobs=True)
     assert info.value.param == "logprobs" and "groq" in str(info.value)
 

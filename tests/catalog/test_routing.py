@@ -7,11 +7,11 @@ from datetime import timedelta
 
 import pytest
 
-from catalog.models import Offering
+from catalog.errors import ModelNotFound, NoRoute, RoutingRefused
+from catalog.models import Offering, Price
 from catalog.routing import RoutingRequest, decide_route
-from catalog.services import price_add
 from catalog.types import CatalogSnapshot, CircuitState, Support, VendorHealth
-from config.errors import InvalidRequest, NoRoutableOffering, NotFound
+from inference.errors import api_error
 from money.pricing import Usage, cost_nanos
 from tests.catalog.conftest import NOW
 
@@ -34,9 +34,9 @@ def test_seed_is_not_routable_without_verification(seeded):
     from catalog.selectors import build_snapshot
 
     snapshot = build_snapshot()
-    with pytest.raises(NoRoutableOffering) as err:
+    with pytest.raises(NoRoute) as err:
         decide(snapshot, model="auto")
-    assert err.value.status == 503
+    assert api_error(err.value).status == 503
 
 
 def test_cheapest_ranks_by_the_billing_cost_of_the_expected_usage(make_routable: MakeRoutable):
@@ -76,7 +76,7 @@ def test_auto_is_balanced_and_prefer_switches_the_ordering(make_routable: MakeRo
 
 def test_unknown_prefer_is_a_400(make_routable: MakeRoutable):
     snapshot = make_routable("openai")
-    with pytest.raises(InvalidRequest) as err:
+    with pytest.raises(RoutingRefused) as err:
         decide(snapshot, model="auto", prefer="loudest")
     assert err.value.param == "prefer"
 
@@ -99,7 +99,7 @@ def test_task_narrows_to_models_tagged_for_it(make_routable: MakeRoutable):
     assert all("reasoning" in snapshot.models[c.model].tasks for c in decision.candidates)
     assert "infrai-gpu/SmolLM2-135M-Instruct" not in labels(decision)
     assert decide(snapshot, model="cheapest").first.model == "SmolLM2-135M-Instruct"
-    with pytest.raises(InvalidRequest) as err:
+    with pytest.raises(RoutingRefused) as err:
         decide(snapshot, model="auto", task="knitting")
     assert err.value.param == "task"
 
@@ -166,9 +166,9 @@ def test_a_failing_parameter_on_a_pinned_model_is_a_400_naming_both(
     make_routable: MakeRoutable, model: str, param: str, value: object, code: str
 ):
     snapshot = make_routable("infrai-gpu", "openai")
-    with pytest.raises(InvalidRequest) as err:
+    with pytest.raises(RoutingRefused) as err:
         decide(snapshot, model=model, params={param: value})
-    assert err.value.status == 400
+    assert api_error(err.value).status == 400
     assert err.value.param == param
     assert err.value.code == code
     assert model in err.value.message
@@ -177,7 +177,7 @@ def test_a_failing_parameter_on_a_pinned_model_is_a_400_naming_both(
 
 def test_penalties_follow_the_spec_400_text(make_routable: MakeRoutable):
     snapshot = make_routable("infrai-gpu")
-    with pytest.raises(InvalidRequest) as err:
+    with pytest.raises(RoutingRefused) as err:
         decide(snapshot, model="gpt-oss-120b", params={"frequency_penalty": 0.5})
     assert err.value.message.startswith("Invalid value for 'frequency_penalty': 0.5.")
     assert "Use 'repetition_penalty' to penalize repetition." in err.value.message
@@ -187,7 +187,7 @@ def test_penalties_follow_the_spec_400_text(make_routable: MakeRoutable):
 
 def test_a_pinned_model_lacking_a_capability_is_a_400(make_routable: MakeRoutable):
     snapshot = make_routable("infrai-gpu")
-    with pytest.raises(InvalidRequest) as err:
+    with pytest.raises(RoutingRefused) as err:
         decide(snapshot, model="SmolLM2-135M-Instruct", capabilities=frozenset({"chat", "tools"}))
     assert err.value.code == "unsupported_capability"
     assert err.value.param == "tools"
@@ -197,9 +197,9 @@ def test_a_pinned_model_lacking_a_capability_is_a_400(make_routable: MakeRoutabl
 def test_unknown_model_is_a_404_model_not_found(make_routable: MakeRoutable):
     snapshot = make_routable("openai")
     for name in ("gpt-7", "openai/gpt-7", "nosuchvendor/gpt-4o"):
-        with pytest.raises(NotFound) as err:
+        with pytest.raises(ModelNotFound) as err:
             decide(snapshot, model=name)
-        assert (err.value.status, err.value.code, err.value.param) == (
+        assert (api_error(err.value).status, err.value.code, err.value.param) == (
             404,
             "model_not_found",
             "model",
@@ -256,7 +256,7 @@ def test_vendor_pin_restricts_to_that_vendor(make_routable: MakeRoutable):
     assert pinned.first.credentials_env == "OPENAI_API_KEY"
     assert pinned.first.adapter_kind == "openai"
     assert pinned.first.base_url == "https://api.openai.com/v1"
-    with pytest.raises(NotFound):
+    with pytest.raises(ModelNotFound):
         decide(snapshot, model="azure/gpt-4o")
 
 
@@ -264,7 +264,7 @@ def test_pinned_model_on_an_unconfigured_vendor_is_a_permanent_503_naming_no_set
     from catalog.selectors import build_snapshot
 
     snapshot = build_snapshot()
-    with pytest.raises(NoRoutableOffering) as err:
+    with pytest.raises(NoRoute) as err:
         decide(snapshot, model="dashscope/qwen-plus")
     # The customer learns which vendor and why, not which environment variable is missing …
     assert "dashscope" in err.value.message
@@ -272,7 +272,8 @@ def test_pinned_model_on_an_unconfigured_vendor_is_a_permanent_503_naming_no_set
     assert "DASHSCOPE_API_KEY" not in err.value.message
     assert "set " not in err.value.message
     # … and the SDKs are told not to retry: waiting does not configure a vendor.
-    assert err.value.headers()["x-should-retry"] == "false"
+    assert err.value.permanent
+    assert api_error(err.value).headers()["x-should-retry"] == "false"
     # Staff see the setting in the admin's detail.
     qwen = next(o for o in snapshot.offerings if o.model_id == "qwen-plus")
     assert "DASHSCOPE_API_KEY" in qwen.unroutable_detail
@@ -288,7 +289,7 @@ def test_open_circuit_removes_a_vendor_and_half_open_demotes_it(make_routable: M
     half = decide(snapshot, {"deepseek": VendorHealth(state=CircuitState.HALF_OPEN)}, model="auto")
     assert half.candidates[-1].vendor == "deepseek"
     assert half.candidates[-1].health is CircuitState.HALF_OPEN
-    with pytest.raises(NoRoutableOffering):
+    with pytest.raises(NoRoute):
         decide(snapshot, {"deepseek": VendorHealth(state=CircuitState.OPEN)}, model="deepseek-chat")
 
 
@@ -306,7 +307,7 @@ def test_fastest_uses_recent_latency(make_routable: MakeRoutable):
 def test_the_price_in_force_at_the_time_is_used(make_routable: MakeRoutable):
     make_routable("openai")
     offering = Offering.objects.get(vendor__name="openai", model__model_id="gpt-4o-mini")
-    price_add(
+    Price.objects.create(  # a price change is a new row (what the admin's price form saves)
         offering=offering,
         source="test: price cut",
         effective_from=NOW + timedelta(days=1),

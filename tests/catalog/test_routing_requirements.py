@@ -7,12 +7,13 @@ from collections.abc import Callable
 
 import pytest
 
+from catalog.errors import NoRoute, RoutingRefused
 from catalog.models import Vendor
 from catalog.routing import Candidate, RoutingRequest, decide_route
 from catalog.selectors import build_snapshot
 from catalog.services import vendor_verify
 from catalog.types import CatalogSnapshot
-from config.errors import InvalidRequest, NoRoutableOffering
+from inference.errors import api_error
 from tests.catalog.conftest import NOW
 
 pytestmark = pytest.mark.django_db
@@ -46,9 +47,9 @@ def local_and_openai(local_only: CatalogSnapshot, make_routable: Callable[..., C
 def test_a_routing_mode_without_a_model_for_the_feature_is_a_400_naming_the_param(
     local_only, capability, param
 ):
-    with pytest.raises(InvalidRequest) as err:
+    with pytest.raises(RoutingRefused) as err:
         decide(local_only, model="auto", capabilities=frozenset({"chat", capability}))
-    assert err.value.status == 400
+    assert api_error(err.value).status == 400
     assert err.value.param == param
     assert err.value.code == "unsupported_capability"
     assert "No model available here does" in err.value.message
@@ -63,7 +64,7 @@ def test_a_routing_mode_picks_a_model_that_honours_the_feature_and_lists_them(
     assert any(e.label == SMOL and "JSON" in e.reason for e in decision.excluded)
     # Each model misses something: the 400 blames what rules out most of them (top_k: both
     # OpenAI models) and lists the available models that accept it.
-    with pytest.raises(InvalidRequest) as err:
+    with pytest.raises(RoutingRefused) as err:
         decide(
             local_and_openai,
             model="cheapest",
@@ -76,26 +77,26 @@ def test_a_routing_mode_picks_a_model_that_honours_the_feature_and_lists_them(
 
 def test_dimensions_filter_embedding_models_and_name_the_param(local_only, local_and_openai):
     embeddings = frozenset({"embeddings"})
-    with pytest.raises(InvalidRequest) as err:
+    with pytest.raises(RoutingRefused) as err:
         decide(local_only, model="auto", capabilities=embeddings, params={"dimensions": 512})
     assert err.value.param == "dimensions"
     routed = decide(
         local_and_openai, model="auto", capabilities=embeddings, params={"dimensions": 512}
     )
     assert [c.model for c in routed.candidates] == ["text-embedding-3-small"]
-    with pytest.raises(InvalidRequest) as above:
+    with pytest.raises(RoutingRefused) as above:
         decide(local_and_openai, model="auto", capabilities=embeddings, params={"dimensions": 4096})
     assert above.value.param == "dimensions"
     assert "Models that do" not in above.value.message
 
 
 def test_pinned_parameter_limits_from_the_matrix(local_only):
-    with pytest.raises(InvalidRequest) as n:
+    with pytest.raises(RoutingRefused) as n:
         decide(local_only, model=SMOL, params={"n": 9})
     assert (n.value.param, n.value.code) == ("n", "invalid_value")
     assert "at most 8" in n.value.message
     assert decide(local_only, model=SMOL, params={"n": 8}).first.model == SMOL
-    with pytest.raises(InvalidRequest) as bias:
+    with pytest.raises(RoutingRefused) as bias:
         decide(local_only, model=SMOL, params={"logit_bias": {"10": 5, "60000": -100}})
     assert bias.value.param == "logit_bias"
     assert "60000" in bias.value.message and "49151" in bias.value.message
@@ -112,11 +113,11 @@ def test_pinned_context_window_and_output_limit(local_only):
     assert served.output_room(7900) == 292
     assert served.output_room(7000, 2000) == 1192
     assert served.output_room(7000, 100) == 100
-    with pytest.raises(InvalidRequest) as context:
+    with pytest.raises(RoutingRefused) as context:
         decide(local_only, model=SMOL, prompt_tokens=7000, max_output_tokens=2000)
     assert (context.value.param, context.value.code) == ("messages", "context_length_exceeded")
     assert "8192" in context.value.message and "9000" in context.value.message
-    with pytest.raises(InvalidRequest) as output:
+    with pytest.raises(RoutingRefused) as output:
         decide(
             local_only,
             model=SMOL,
@@ -132,10 +133,10 @@ def test_limits_filter_candidates_under_routing_modes(local_and_openai):
     big = decide(local_and_openai, model="cheapest", prompt_tokens=20_000)
     assert SMOL not in {c.model for c in big.candidates}
     assert any(e.label == SMOL and "context window" in e.reason for e in big.excluded)
-    with pytest.raises(InvalidRequest) as huge:
+    with pytest.raises(RoutingRefused) as huge:
         decide(local_and_openai, model="auto", prompt_tokens=500_000)
     assert (huge.value.param, huge.value.code) == ("messages", "context_length_exceeded")
-    with pytest.raises(InvalidRequest) as cap:
+    with pytest.raises(RoutingRefused) as cap:
         decide(local_and_openai, model="auto", prompt_tokens=10, max_output_tokens=2**63)
     assert (cap.value.param, cap.value.code) == ("max_tokens", "invalid_value")
     assert "16384" in cap.value.message
@@ -149,14 +150,16 @@ def test_candidates_carry_the_model_limits(local_and_openai):
 
 def test_permanent_refusals_say_do_not_retry_and_transient_ones_do_not(seeded):
     # Seed only: the gpu-backend is not verified yet (a transient state: it is loading).
-    with pytest.raises(NoRoutableOffering) as loading:
+    with pytest.raises(NoRoute) as loading:
         decide(build_snapshot(), model="auto")
-    assert "x-should-retry" not in loading.value.headers()
+    assert not loading.value.permanent
+    assert "x-should-retry" not in api_error(loading.value).headers()
     # Nothing left but vendors without credentials: waiting will not help.
     Vendor.objects.filter(name="infrai-gpu").update(enabled=False)
-    with pytest.raises(NoRoutableOffering) as never:
+    with pytest.raises(NoRoute) as never:
         decide(build_snapshot(), model="auto")
-    assert never.value.headers()["x-should-retry"] == "false"
+    assert never.value.permanent
+    assert api_error(never.value).headers()["x-should-retry"] == "false"
     for text in (never.value.message, loading.value.message):
         assert "_API_KEY" not in text and "set " not in text
 

@@ -14,7 +14,8 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
-from gpu_backend.chat_model import chat_model_dir
+from gpu_backend.chat_model import current_copy, source_fingerprint
+from gpu_backend.locate import smollm2_gguf
 from tests.gpu import TEST_DEFAULT_MAX_TOKENS
 from tests.gpu_backend.conftest import model_cache_dir
 from tests.gpu_backend.test_metrics import scrape
@@ -31,7 +32,8 @@ def chat(client: openai.OpenAI, messages: list[dict[str, str]], **params: Any) -
 
 def test_completion_is_openai_shaped_with_exact_usage(client: openai.OpenAI) -> None:
     result = chat(client, COUNT, max_tokens=6)
-    loaded = chat_model_dir(model_cache_dir())  # the copy the backend loaded (cache or prebuilt)
+    # The copy the backend loaded (the cache dir's or the prebuilt one).
+    loaded = current_copy(model_cache_dir(), source_fingerprint(smollm2_gguf()))
     assert loaded is not None
     tokenizer = AutoTokenizer.from_pretrained(loaded)
     prompt_ids: Any = tokenizer.apply_chat_template(

@@ -20,7 +20,7 @@ from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Wallet
 from billing.services import hold_open
 from billing.services.holds import hold_expire
-from config import live, resp
+from config import background, live, resp
 from inference import pipeline
 from inference.models import RequestLog, RequestStatus
 
@@ -33,7 +33,7 @@ _ASYNCPG_STATEMENTS = ("execute", "executemany", "fetch", "fetchrow", "fetchval"
 def _wait_for_background(seconds: float = 10.0) -> None:
     """Let the call's after-response work (circuit success, live push) finish."""
     deadline = time.monotonic() + seconds
-    while pipeline._background and time.monotonic() < deadline:
+    while background.pending() and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
@@ -302,7 +302,7 @@ def test_a_settlement_on_the_loop_that_crosses_the_threshold_asks_for_a_recharge
     async def settle_and_wait() -> None:
         try:
             await pipeline._record_and_settle_on_loop(row, True, 700)
-            await asyncio.gather(*pipeline._background)
+            await asyncio.gather(*background.pending(asyncio.get_running_loop()))
         finally:
             await pipeline.close_clients()
 

@@ -42,7 +42,7 @@ METERED: dict[str, Callable[[openai.OpenAI], Any]] = {
 
 
 def test_every_route_that_confirms_in_its_limits_is_covered_here():
-    importlib.import_module("inference.endpoints")  # registers every /v1 route
+    importlib.import_module("inference.routes")  # registers every /v1 route
     confirming = {r.pattern.pattern.strip("^$") for r in _routes if r.confirms_key}
     assert confirming == set(METERED)
 

@@ -19,6 +19,7 @@ import pytest
 
 from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry
+from config import background
 from inference import pipeline, tokens
 from inference.chat.validation import parse_chat_request
 from inference.endpoints.chat import routing_request
@@ -254,8 +255,8 @@ def test_a_cancellation_while_the_hold_opens_releases_it(issue_key, fake_catalog
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        while pipeline._background:
-            await asyncio.wait(set(pipeline._background))
+        while kept := background.pending(asyncio.get_running_loop()):
+            await asyncio.wait(kept)
 
     asyncio.run(scenario())
     rid = call.request.request_id

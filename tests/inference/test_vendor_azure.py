@@ -26,9 +26,10 @@ from billing.models import Hold, HoldStatus, LedgerEntry
 from catalog.documents import catalog_load
 from catalog.models import Vendor
 from catalog.services import vendor_probe
-from inference.vendors import adapter_for, errors, http
+from inference.vendors import errors, http
 from inference.vendors.azure import API_VERSION, AzureOpenAIAdapter
 from inference.vendors.base import VendorTarget
+from inference.vendors.registry import adapter_for
 from money.pricing import Usage
 from tests.catalog_docs import PRICE, catalog_model, catalog_vendor
 from tests.fakes.azure import API_KEY, FakeAzureOpenAI

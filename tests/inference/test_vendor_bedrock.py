@@ -29,9 +29,10 @@ from catalog.documents import SEED_PATH, catalog_load
 from catalog.models import Vendor
 from catalog.services import vendor_probe
 from catalog.vendor_wire import bedrock_control_url, bedrock_credentials
-from inference.vendors import adapter_for, errors, http
+from inference.vendors import errors, http
 from inference.vendors.base import VendorTarget
 from inference.vendors.bedrock import BedrockAdapter
+from inference.vendors.registry import adapter_for
 from money.pricing import Usage
 from tests.catalog_docs import PRICE, catalog_model, catalog_vendor
 from tests.fakes.bedrock import (

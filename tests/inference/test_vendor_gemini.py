@@ -27,9 +27,10 @@ from catalog.documents import catalog_load
 from catalog.models import Vendor
 from catalog.services import vendor_probe
 from inference import tokens
-from inference.vendors import adapter_for, errors, http
+from inference.vendors import errors, http
 from inference.vendors.base import VendorTarget
 from inference.vendors.gemini import SIGNATURE_MARK, GeminiAdapter, generation_config
+from inference.vendors.registry import adapter_for
 from money.pricing import Usage
 from tests.catalog_docs import PRICE, catalog_model, catalog_vendor
 from tests.fakes.gemini import FakeGemini, signature
