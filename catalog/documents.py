@@ -47,23 +47,19 @@ from django.db import transaction
 from django.utils import timezone
 
 from catalog import validation
-from catalog.models import MODEL_FIELDS, USD_PRICES, Model, Offering, ParameterRule, Price, Vendor
+from catalog.models import (
+    MODEL_FIELDS,
+    USD_PRICES,
+    VENDOR_FIELDS,
+    Model,
+    Offering,
+    ParameterRule,
+    Price,
+    Vendor,
+)
 from money.usd import nanos_to_usd_str, usd_to_nanos
 
 SEED_PATH = Path(__file__).resolve().parent / "seed" / "catalog.yaml"
-
-_VENDOR_FIELDS = (
-    "display_name",
-    "adapter_kind",
-    "base_url",
-    "base_url_setting",
-    "credentials_env",
-    "region",
-    "api_version",
-    "parameter_rules",
-    "enabled",
-    "notes",
-)
 
 
 class CatalogDocumentError(ValueError):
@@ -156,7 +152,7 @@ def catalog_load(document: Mapping[str, Any], *, apps: Apps | None = None) -> Lo
             where = f"vendors[{i}]"
             if not isinstance(item, dict) or not item.get("name"):
                 raise CatalogDocumentError(f"{where}: a vendor needs a name")
-            values = {k: item[k] for k in _VENDOR_FIELDS if k in item and item[k] is not None}
+            values = {k: item[k] for k in VENDOR_FIELDS if k in item and item[k] is not None}
             problems = validation.vendor_rules_problems(values.get("parameter_rules", {}))
             if problems:
                 raise CatalogDocumentError(f"{where}.parameter_rules: {'; '.join(problems)}")
@@ -277,7 +273,7 @@ def _bump_version() -> None:
 def catalog_dump() -> dict[str, Any]:
     """The whole catalog as a document :func:`catalog_load` reads back to the same catalog."""
     vendors = [
-        {"name": v.name, **{k: getattr(v, k) for k in _VENDOR_FIELDS}}
+        {"name": v.name, **{k: getattr(v, k) for k in VENDOR_FIELDS}}
         for v in Vendor.objects.order_by("name")
     ]
     rules: dict[int, dict[str, Any]] = {}

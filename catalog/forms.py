@@ -12,6 +12,7 @@ from catalog import validation
 from catalog.models import (
     MODEL_FIELDS,
     USD_PRICES,
+    VENDOR_FIELDS,
     Capability,
     Model,
     ParameterRule,
@@ -75,19 +76,7 @@ class VendorForm(forms.ModelForm):
 
     class Meta:
         model = Vendor
-        fields = (
-            "name",
-            "display_name",
-            "adapter_kind",
-            "base_url",
-            "base_url_setting",
-            "credentials_env",
-            "region",
-            "api_version",
-            "parameter_rules",
-            "enabled",
-            "notes",
-        )
+        fields = ("name", *VENDOR_FIELDS)
         help_texts = {
             "parameter_rules": (
                 'What this vendor refuses or ignores whatever the model, e.g. {"logit_bias": '

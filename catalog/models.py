@@ -156,6 +156,22 @@ class Model(models.Model):
             )
 
 
+#: What describes a :class:`Vendor` besides its ``name``: the fields a catalog document
+#: carries and the admin's vendor form edits.
+VENDOR_FIELDS = (
+    "display_name",
+    "adapter_kind",
+    "base_url",
+    "base_url_setting",
+    "credentials_env",
+    "region",
+    "api_version",
+    "parameter_rules",
+    "enabled",
+    "notes",
+)
+
+
 #: What describes a :class:`Model` besides its ``model_id`` and ``created_at``: the fields a
 #: catalog document carries and the admin's model form edits.
 MODEL_FIELDS = (

@@ -80,6 +80,12 @@ def catalog_model(
     }
 
 
-def offering(vendor: str, upstream_model: str, price: dict[str, Any]) -> dict[str, Any]:
-    """One offering of a model: ``vendor`` serves it as ``upstream_model`` at ``price``."""
-    return {"vendor": vendor, "upstream_model": upstream_model, "prices": [price]}
+def offering(
+    vendor: str, upstream_model: str, price: dict[str, Any], *, priority: int | None = None
+) -> dict[str, Any]:
+    """One offering of a model: ``vendor`` serves it as ``upstream_model`` at ``price``
+    (``priority``: lower is tried first; default the document's)."""
+    entry: dict[str, Any] = {"vendor": vendor, "upstream_model": upstream_model, "prices": [price]}
+    if priority is not None:
+        entry["priority"] = priority
+    return entry

@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncGenerator
-from typing import Any, NoReturn
+from typing import Any
 
 from inference.vendors import errors, http
 from inference.vendors.base import (
     JSON,
-    AudioStream,
-    FileUpload,
-    FormFields,
+    UnservedEndpoints,
     VendorTarget,
     portable_tool_ids,
 )
@@ -271,7 +269,7 @@ class ChunkTranslator:
         return []
 
 
-class AnthropicAdapter:
+class AnthropicAdapter(UnservedEndpoints):
     """Adapter for Anthropic's native Messages API (chat only)."""
 
     def _headers(self, target: VendorTarget) -> dict[str, str]:
@@ -334,23 +332,3 @@ class AnthropicAdapter:
             raise errors.VendorUnavailable(
                 f"{target.vendor} ended the stream before message_stop", vendor=target.vendor
             )
-
-    def _unsupported(self, target: VendorTarget, what: str) -> NoReturn:
-        raise errors.VendorRejected(f"{target.vendor} does not serve {what}", vendor=target.vendor)
-
-    async def embed(self, target: VendorTarget, payload: JSON) -> JSON:
-        self._unsupported(target, "embeddings")
-
-    async def images(self, target: VendorTarget, payload: JSON) -> JSON:
-        self._unsupported(target, "images")
-
-    async def moderate(self, target: VendorTarget, payload: JSON) -> JSON:
-        self._unsupported(target, "moderations")
-
-    async def speech_stream(self, target: VendorTarget, payload: JSON) -> AudioStream:
-        self._unsupported(target, "speech")
-
-    async def transcribe(
-        self, target: VendorTarget, fields: FormFields, file: FileUpload
-    ) -> JSON | str:
-        self._unsupported(target, "transcriptions")

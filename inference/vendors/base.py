@@ -10,7 +10,9 @@ import hashlib
 import re
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
+
+from inference.vendors.errors import VendorRejected
 
 JSON = dict[str, Any]
 # A multipart form's plain fields: a list is a repeated field (``timestamp_granularities[]``).
@@ -111,3 +113,28 @@ def portable_tool_ids(messages: list[JSON]) -> list[JSON]:
             message = {**message, "tool_call_id": portable_tool_id(str(message["tool_call_id"]))}
         out.append(message)
     return out
+
+
+class UnservedEndpoints:
+    """What an adapter answers for the endpoints its vendor does not serve: a
+    ``VendorRejected`` naming the vendor (a subclass overrides what its vendor has)."""
+
+    def _unsupported(self, target: VendorTarget, what: str) -> NoReturn:
+        raise VendorRejected(f"{target.vendor} does not serve {what}", vendor=target.vendor)
+
+    async def embed(self, target: VendorTarget, payload: JSON) -> JSON:
+        self._unsupported(target, "embeddings")
+
+    async def images(self, target: VendorTarget, payload: JSON) -> JSON:
+        self._unsupported(target, "images")
+
+    async def moderate(self, target: VendorTarget, payload: JSON) -> JSON:
+        self._unsupported(target, "moderations")
+
+    async def speech_stream(self, target: VendorTarget, payload: JSON) -> AudioStream:
+        self._unsupported(target, "speech")
+
+    async def transcribe(
+        self, target: VendorTarget, fields: FormFields, file: FileUpload
+    ) -> JSON | str:
+        self._unsupported(target, "transcriptions")

@@ -36,9 +36,7 @@ from config import jsonio
 from inference.vendors import errors, fetch, http
 from inference.vendors.base import (
     JSON,
-    AudioStream,
-    FileUpload,
-    FormFields,
+    UnservedEndpoints,
     VendorTarget,
     portable_tool_ids,
 )
@@ -480,7 +478,7 @@ async def _converse_body(target: VendorTarget, payload: JSON) -> JSON:
         raise
 
 
-class BedrockAdapter:
+class BedrockAdapter(UnservedEndpoints):
     """Adapter for the Bedrock Runtime (Converse for chat, Titan V2 InvokeModel for
     embeddings)."""
 
@@ -572,20 +570,3 @@ class BedrockAdapter:
             "model": target.upstream_model,
             "usage": {"prompt_tokens": used, "total_tokens": used},
         }
-
-    def _unsupported(self, target: VendorTarget, what: str) -> NoReturn:
-        raise errors.VendorRejected(f"{target.vendor} does not serve {what}", vendor=target.vendor)
-
-    async def images(self, target: VendorTarget, payload: JSON) -> JSON:
-        self._unsupported(target, "images")
-
-    async def moderate(self, target: VendorTarget, payload: JSON) -> JSON:
-        self._unsupported(target, "moderations")
-
-    async def speech_stream(self, target: VendorTarget, payload: JSON) -> AudioStream:
-        self._unsupported(target, "speech")
-
-    async def transcribe(
-        self, target: VendorTarget, fields: FormFields, file: FileUpload
-    ) -> JSON | str:
-        self._unsupported(target, "transcriptions")

@@ -46,7 +46,11 @@ from typing import Any, NoReturn
 
 from config import jsonio
 from inference.vendors import errors, fetch, http
-from inference.vendors.base import JSON, AudioStream, FileUpload, FormFields, VendorTarget
+from inference.vendors.base import (
+    JSON,
+    UnservedEndpoints,
+    VendorTarget,
+)
 from inference.vendors.sse import events
 
 API_KEY_HEADER = "x-goog-api-key"
@@ -584,7 +588,7 @@ def embed_response(body: Any, *, model: str, vendor: str) -> JSON:
 
 
 # --- the adapter --------------------------------------------------------------------------
-class GeminiAdapter:
+class GeminiAdapter(UnservedEndpoints):
     """Adapter for Google's Gemini API (chat, streaming, tools, vision, JSON, embeddings)."""
 
     def _auth(self, target: VendorTarget) -> dict[str, str]:
@@ -652,20 +656,3 @@ class GeminiAdapter:
                 f"{target.vendor} answered with a body that is not JSON", vendor=target.vendor
             ) from None
         return embed_response(answer, model=target.upstream_model, vendor=target.vendor)
-
-    def _unsupported(self, target: VendorTarget, what: str) -> NoReturn:
-        raise errors.VendorRejected(f"{target.vendor} does not serve {what}", vendor=target.vendor)
-
-    async def images(self, target: VendorTarget, payload: JSON) -> JSON:
-        self._unsupported(target, "images")
-
-    async def moderate(self, target: VendorTarget, payload: JSON) -> JSON:
-        self._unsupported(target, "moderations")
-
-    async def speech_stream(self, target: VendorTarget, payload: JSON) -> AudioStream:
-        self._unsupported(target, "speech")
-
-    async def transcribe(
-        self, target: VendorTarget, fields: FormFields, file: FileUpload
-    ) -> JSON | str:
-        self._unsupported(target, "transcriptions")

@@ -31,7 +31,7 @@ from inference.vendors.azure import API_VERSION, AzureOpenAIAdapter
 from inference.vendors.base import VendorTarget
 from inference.vendors.registry import adapter_for
 from money.pricing import Usage
-from tests.catalog_docs import PRICE, catalog_model, catalog_vendor
+from tests.catalog_docs import PRICE, catalog_model, catalog_vendor, offering
 from tests.fakes.azure import API_KEY, FakeAzureOpenAI
 from tests.fakes.vendors import FakeVendor
 from tests.inference.conftest import EMBED_PRICE, IMAGE_PRICE, assert_billed
@@ -61,10 +61,6 @@ def azure(_azure_server: FakeAzureOpenAI) -> FakeAzureOpenAI:
     """The fake Azure resource, its behaviours reset."""
     _azure_server.reset()
     return _azure_server
-
-
-def _offering(vendor: str, upstream: str, priority: int, price: dict[str, Any]) -> dict[str, Any]:
-    return {"vendor": vendor, "upstream_model": upstream, "priority": priority, "prices": [price]}
 
 
 @pytest.fixture
@@ -101,21 +97,21 @@ def azure_catalog(
             quality_tier=9,
             capabilities=["chat", "vision", "tools", "json_mode"],
             offerings=[
-                _offering("azure-east", "chat-prod", 10, PRICE),
-                _offering("backup", "up-large", 20, PRICE),
+                offering("azure-east", "chat-prod", PRICE, priority=10),
+                offering("backup", "up-large", PRICE, priority=20),
             ],
         ),
         catalog_model(
             "az-embed",
             quality_tier=6,
             capabilities=["embeddings"],
-            offerings=[_offering("azure-east", "embed-prod", 10, EMBED_PRICE)],
+            offerings=[offering("azure-east", "embed-prod", EMBED_PRICE, priority=10)],
         ),
         catalog_model(
             "az-image",
             quality_tier=7,
             capabilities=["images"],
-            offerings=[_offering("azure-east", "images-prod", 10, IMAGE_PRICE)],
+            offerings=[offering("azure-east", "images-prod", IMAGE_PRICE, priority=10)],
         ),
     ]
     Vendor.objects.exclude(name__in=["azure-east", "backup"]).update(enabled=False)

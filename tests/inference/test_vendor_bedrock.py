@@ -34,7 +34,7 @@ from inference.vendors.base import VendorTarget
 from inference.vendors.bedrock import BedrockAdapter
 from inference.vendors.registry import adapter_for
 from money.pricing import Usage
-from tests.catalog_docs import PRICE, catalog_model, catalog_vendor
+from tests.catalog_docs import PRICE, catalog_model, catalog_vendor, offering
 from tests.fakes.bedrock import (
     ACCESS_KEY_ID,
     API_KEY,
@@ -79,10 +79,6 @@ def bedrock(_bedrock_server: FakeBedrock) -> FakeBedrock:
     return _bedrock_server
 
 
-def _offering(vendor: str, upstream: str, priority: int, price: dict[str, Any]) -> dict[str, Any]:
-    return {"vendor": vendor, "upstream_model": upstream, "priority": priority, "prices": [price]}
-
-
 @pytest.fixture
 def bedrock_catalog(
     bedrock: FakeBedrock,
@@ -124,15 +120,15 @@ def bedrock_catalog(
             quality_tier=9,
             capabilities=["chat", "vision", "tools", "json_mode"],
             offerings=[
-                _offering("bedrock-use1", CLAUDE, 10, PRICE),
-                _offering("backup", "up-large", 20, PRICE),
+                offering("bedrock-use1", CLAUDE, PRICE, priority=10),
+                offering("backup", "up-large", PRICE, priority=20),
             ],
         ),
         catalog_model(
             "br-embed",
             quality_tier=6,
             capabilities=["embeddings"],
-            offerings=[_offering("bedrock-use1", TITAN, 10, EMBED_PRICE)],
+            offerings=[offering("bedrock-use1", TITAN, EMBED_PRICE, priority=10)],
         ),
     ]
     Vendor.objects.exclude(name__in=["bedrock-use1", "backup"]).update(enabled=False)

@@ -32,7 +32,7 @@ from inference.vendors.base import VendorTarget
 from inference.vendors.gemini import SIGNATURE_MARK, GeminiAdapter, generation_config
 from inference.vendors.registry import adapter_for
 from money.pricing import Usage
-from tests.catalog_docs import PRICE, catalog_model, catalog_vendor
+from tests.catalog_docs import PRICE, catalog_model, catalog_vendor, offering
 from tests.fakes.gemini import FakeGemini, signature
 from tests.fakes.vendors import FakeVendor, fake_embedding, png_bytes
 from tests.inference.conftest import EMBED_PRICE, assert_billed
@@ -64,10 +64,6 @@ def gemini(_gemini_server: FakeGemini) -> FakeGemini:
     """The fake Gemini API, its behaviours reset."""
     _gemini_server.reset()
     return _gemini_server
-
-
-def _offering(vendor: str, upstream: str, priority: int, price: dict[str, Any]) -> dict[str, Any]:
-    return {"vendor": vendor, "upstream_model": upstream, "priority": priority, "prices": [price]}
 
 
 @pytest.fixture
@@ -102,15 +98,15 @@ def gemini_catalog(
             quality_tier=9,
             capabilities=["chat", "vision", "tools", "json_mode"],
             offerings=[
-                _offering("gem", "gemini-fake", 10, PRICE),
-                _offering("backup", "up-large", 20, PRICE),
+                offering("gem", "gemini-fake", PRICE, priority=10),
+                offering("backup", "up-large", PRICE, priority=20),
             ],
         ),
         catalog_model(
             "gem-embed",
             quality_tier=6,
             capabilities=["embeddings"],
-            offerings=[_offering("gem", "gemini-embed-fake", 10, EMBED_PRICE)],
+            offerings=[offering("gem", "gemini-embed-fake", EMBED_PRICE, priority=10)],
         ),
     ]
     Vendor.objects.exclude(name__in=[v["name"] for v in vendors]).update(enabled=False)
