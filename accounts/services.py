@@ -39,7 +39,7 @@ from accounts.policy import (
     credential_change_check,
     key_limits_check,
 )
-from config import fastcache
+from infra import fastcache
 
 KEY_CACHE_PREFIX = "apikey:"
 INVITATION_TTL = timedelta(days=7)

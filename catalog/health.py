@@ -1,4 +1,4 @@
-"""A circuit breaker per vendor, shared by every process through Redis (:mod:`config.fastcache`).
+"""A circuit breaker per vendor, shared by every process through Redis (:mod:`infra.fastcache`).
 
 States: *closed* (calls flow), *open* (``INFRAI_CIRCUIT_FAILURE_THRESHOLD`` consecutive failures
 — default 5 — stop calls for ``INFRAI_CIRCUIT_COOLDOWN_S`` seconds, default 30), *half-open*
@@ -28,7 +28,7 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 
 from catalog.types import CircuitState, VendorHealth
-from config import fastcache
+from infra import fastcache
 
 _TTL_S = 7 * 24 * 3600
 _PARTS = ("fails", "open_until", "trial", "latency_ms")

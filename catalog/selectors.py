@@ -32,14 +32,14 @@ from catalog.types import (
     Support,
     VendorView,
 )
-from config import fastcache
-from config.db import db_async
+from infra import fastcache
+from infra.db import db_async
 from money.pricing import PriceSnapshot
 
 log = logging.getLogger(__name__)
 
 VERSION_KEY = "catalog:version"
-#: The version never expires (``None`` to :mod:`config.fastcache`): it changes only when
+#: The version never expires (``None`` to :mod:`infra.fastcache`): it changes only when
 #: :func:`catalog.services.catalog_changed` replaces it.
 VERSION_TTL_S = None
 

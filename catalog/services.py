@@ -25,7 +25,7 @@ from catalog.selectors import (
     credentials_configured,
 )
 from catalog.types import Support
-from config import fastcache
+from infra import fastcache
 
 _PROBE_TIMEOUT_S = 10.0
 

@@ -33,12 +33,12 @@ _SERVICES = (
     ("asyncpg", "PostgreSQL"),
     ("psycopg", "PostgreSQL"),
     ("django.db", "PostgreSQL"),
-    ("config.adb", "PostgreSQL"),
-    ("config.resp", "Redis"),
+    ("infra.adb", "PostgreSQL"),
+    ("infra.resp", "Redis"),
     ("redis", "Redis"),
     ("kombu", "Redis"),
     ("channels_redis", "Redis"),
-    ("config.fastcache", "Redis"),
+    ("infra.fastcache", "Redis"),
 )
 LOG_EVERY_S = 1.0
 

@@ -1,4 +1,4 @@
-"""The live websocket: ``/ws/o/<slug>/live/`` turns an organization's :mod:`config.live`
+"""The live websocket: ``/ws/o/<slug>/live/`` turns an organization's :mod:`infra.live`
 announcements into what its open pages show, for members only."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from django.contrib import auth
 
 from accounts.models import Membership, Organization, User
 from billing.selectors import wallet_summary
-from config import live
-from config.db import db_async
-from config.live import group_name
 from dashboard.permissions import SEE_BILLING
 from dashboard.templatetags.dashboard import usd
 from inference.selectors import request_recorded
+from infra import live
+from infra.db import db_async
+from infra.live import group_name
 
 BALANCE_KEYS = ("balance_nanos", "balance_display", "available_display", "held_display")
 # Closed by the server: the session ended or the membership is gone (the page should reload).

@@ -92,7 +92,7 @@ def per_call_counts(env: dict[str, str], key: str, calls: int) -> dict[str, floa
     import asyncpg
     import redis
 
-    from config import resp
+    from infra import resp
 
     counts = {"statements": 0, "redis": 0}
 
@@ -116,10 +116,10 @@ def per_call_counts(env: dict[str, str], key: str, calls: int) -> dict[str, floa
     counting(psycopg.Cursor, "execute", "statements")
     counting(psycopg.Cursor, "executemany", "statements")
     for name in ("execute", "executemany", "fetch", "fetchrow", "fetchval"):
-        counting(asyncpg.Connection, name, "statements")  # config.adb, the hot path's
+        counting(asyncpg.Connection, name, "statements")  # infra.adb, the hot path's
     counting(redis.Redis, "execute_command", "redis")
     counting(redis.client.Pipeline, "execute", "redis")
-    counting(resp.Connection, "execute", "redis")  # config.fastcache, the hot path's
+    counting(resp.Connection, "execute", "redis")  # infra.fastcache, the hot path's
 
     from tests.live import uvicorn_server
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from accounts import auth
 from accounts.auth import KeyContext
-from config import fastcache
 from config.errors import ApiError, InvalidRequest, RateLimited
+from infra import fastcache
 
 WINDOW_S = 60
 

@@ -44,7 +44,7 @@ from catalog import health
 from catalog.routing import Candidate, RoutingDecision, RoutingRequest
 from catalog.selectors import credentials_value, routing_decide
 from catalog.types import CircuitState
-from config import adb, live, observability, outages
+from config import observability, outages
 from config.background import keep, pending, spawn
 from config.errors import (
     ApiError,
@@ -65,6 +65,7 @@ from inference.vendors import http as vendor_http
 from inference.vendors.base import Adapter, VendorTarget
 from inference.vendors.errors import VendorError, VendorLoading, VendorRejected, VendorTimeout
 from inference.vendors.registry import adapter_for
+from infra import adb, live
 from money.pricing import Usage, cost_nanos
 from money.usd import nanos_to_usd_str
 
@@ -928,7 +929,7 @@ on_unlogged_failure(_log_unheld_failure)
 
 def _announce(organization_id: int, payload: Callable[[], dict[str, Any]]) -> None:
     """Push ``payload()`` to the organization's open dashboard pages after the response (best
-    effort: :func:`config.live.asend` logs and swallows its own failures) — no task at all
+    effort: :func:`infra.live.asend` logs and swallows its own failures) — no task at all
     while this process knows none is open."""
     if not live.known_unwatched(organization_id):
         spawn(live.asend(organization_id, payload()))

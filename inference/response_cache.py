@@ -19,7 +19,8 @@ import asyncio
 import hashlib
 from typing import Any
 
-from config import fastcache, jsonio
+from config import jsonio
+from infra import fastcache
 
 # How long an identical request waits for the one in flight before calling the vendor itself.
 WAIT_S = 30.0

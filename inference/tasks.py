@@ -68,8 +68,8 @@ def log_abandoned_calls_task() -> int:
 def replay_journals_task() -> int:
     """Make the settlements left in the journals of this host's stopped processes
     (:mod:`billing.journal`); returns how many are still waiting (beat, every minute)."""
-    from config import adb
     from inference.pipeline import replay_journal
+    from infra import adb
 
     async def run() -> int:
         try:

@@ -1,4 +1,4 @@
-"""``config.adb``'s deferred commits: a statement that reads ``DEFER_FLUSH`` commits without
+"""``infra.adb``'s deferred commits: a statement that reads ``DEFER_FLUSH`` commits without
 waiting for the disk, only for its own transaction, and ``flush`` waits for the disk after it.
 Real PostgreSQL; no timings."""
 
@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from django.db import connection, transaction
 
-from config import adb
+from infra import adb
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,4 +1,4 @@
-"""The hot path's Redis client (``config.resp`` under ``config.fastcache``) against the real
+"""The hot path's Redis client (``infra.resp`` under ``infra.fastcache``) against the real
 Redis, and against servers on 127.0.0.1 that misbehave: bursts, lost connections, silence,
 error replies, cancelled callers."""
 
@@ -13,7 +13,7 @@ import pytest
 import uvloop
 from django.conf import settings
 
-from config import fastcache, resp
+from infra import fastcache, resp
 
 T = TypeVar("T")
 

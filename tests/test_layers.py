@@ -19,8 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: tuple[tuple[str, ...], ...] = (
     # Integer nano-USD arithmetic: prices, usage, the one cost function, conversions.
     ("money",),
-    # Settings, the error hierarchy, live pushes, caches and database helpers every app uses.
+    # Settings, the error hierarchy, outages, observability hooks, background tasks.
     ("config",),
+    # Clients of the infrastructure: PostgreSQL (hot path, async ORM), Redis, cache, live pushes.
+    ("infra",),
     # Tenants, users and keys; the catalog of vendors, models, offerings and routing.
     ("accounts", "catalog"),
     # Wallets, the ledger, holds, Stripe.

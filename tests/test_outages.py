@@ -11,8 +11,9 @@ import psycopg
 import pytest
 import redis
 
-from config import outages, resp
+from config import outages
 from config.errors import ServiceUnavailable
+from infra import resp
 from tests.live import free_port
 
 
@@ -40,7 +41,7 @@ def test_a_failed_connection_is_told_apart_by_service() -> None:
     redis_sync = _raised(lambda: redis.Redis(port=port).ping())
     assert outages.service_of(pg_async) == "PostgreSQL"  # an OSError, raised inside asyncpg
     assert outages.service_of(pg_sync) == "PostgreSQL"
-    assert outages.service_of(redis_async) == "Redis"  # an OSError, raised inside config.resp
+    assert outages.service_of(redis_async) == "Redis"  # an OSError, raised inside infra.resp
     assert outages.service_of(redis_sync) == "Redis"
     wrapped = _raised(lambda: _reraise_as(RuntimeError("while counting"), redis_sync))
     assert outages.service_of(wrapped) == "Redis"  # through __cause__

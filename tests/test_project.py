@@ -43,7 +43,7 @@ def test_error_catalog_lists_every_code_the_code_can_produce():
 
 
 def test_the_request_path_never_imports_the_dashboard():
-    """``inference`` sits below ``dashboard``: live pushes go through ``config.live``."""
+    """``inference`` sits below ``dashboard``: live pushes go through ``infra.live``."""
     import re
 
     offenders = [

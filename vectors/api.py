@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from config.db import db_async
 from config.errors import NotFound
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
+from infra.db import db_async
 from vectors import metering, services, validation
 from vectors.embedding import embed_texts
 from vectors.flows import deposit_for, embedding_model_for, search

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from catalog.routing import ROUTING_MODES
-from config.db import db_async
 from config.errors import InvalidRequest
 from inference.http import ApiRequest
+from infra.db import db_async
 from vectors import metering, services
 from vectors.embedding import embed_texts
 from vectors.models import Collection

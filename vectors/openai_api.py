@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from config.db import db_async
 from config.errors import InvalidRequest, invalid_type, missing_param
 from inference import multipart
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
+from infra.db import db_async
 from vectors import chunking, files, metering, selectors, services, validation
 from vectors.embedding import embed_texts
 from vectors.flows import deposit_for, deposit_for_bytes, embedding_model_for, search

@@ -31,10 +31,10 @@ placeholders (:data:`_OPEN`, :data:`_KEY_SPENT`, :data:`_REFUSAL`, :func:`_settl
 one execution and a reading of its row. The execution is either
 
 - **on the event loop** (:func:`ahold_open`, :func:`asettle`, :func:`aholds_renew`: the
-  request path): asyncpg through :mod:`config.adb`, prepared once per connection.
+  request path): asyncpg through :mod:`infra.adb`, prepared once per connection.
   Opening and settlement commit without waiting for the disk (``defer``:
-  :data:`config.adb.DEFER_FLUSH`), so a wallet row is locked only while a statement runs, and
-  :func:`asettle` waits for the disk (:func:`config.adb.flush`) before it returns: no answer
+  :data:`infra.adb.DEFER_FLUSH`), so a wallet row is locked only while a statement runs, and
+  :func:`asettle` waits for the disk (:func:`infra.adb.flush`) before it returns: no answer
   leaves before its charge is durable; or
 - **synchronous** (:func:`hold_open`, :func:`hold_settle`, :func:`holds_renew`,
   :func:`hold_expire`, :func:`holds_expire`: Celery tasks, admin actions, the management API
@@ -74,7 +74,7 @@ from billing.services.ledger import (
     low_balance_on_commit,
     task_enqueue,
 )
-from config import adb, live
+from infra import adb, live
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ _compiled = functools.cache(adb.Statement.compile)
 
 
 async def _afetchrow(conn: asyncpg.Connection, sql: str, params: Mapping[str, Any]) -> Any:
-    """The event loop: ``sql`` on ``conn`` (:mod:`config.adb`); its first row."""
+    """The event loop: ``sql`` on ``conn`` (:mod:`infra.adb`); its first row."""
     return await adb.fetchrow(conn, _compiled(sql), params)
 
 
@@ -484,7 +484,7 @@ async def asettle(
     """:func:`hold_settle`'s statement on ``conn`` (the event loop), in autocommit, open and
     late holds alike. It returns once the settlement is on disk, like a synchronous commit,
     but the wallet row is locked only while the statement runs, not while PostgreSQL flushes
-    (:func:`config.adb.flush`): calls of one organization do not queue behind each other's
+    (:func:`infra.adb.flush`): calls of one organization do not queue behind each other's
     disk writes.
 
     ``before`` is the caller's own write, ``(sql, params)`` with named parameters (e.g. the

@@ -23,7 +23,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from billing.models import PAYMENT_KINDS, EntryKind, LedgerEntry, Wallet
-from config import live
+from infra import live
 
 if TYPE_CHECKING:
     from accounts.models import User

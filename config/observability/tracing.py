@@ -68,7 +68,7 @@ def install(provider: TracerProvider, *, libraries: bool = True) -> None:
     """Record spans through ``provider`` from now on (tests pass one with an in-memory
     exporter); ``libraries`` also instruments Django, the HTTP clients (aiohttp for vendor
     calls, httpx for the rest), psycopg (the ORM) and asyncpg (the hot path's money statements:
-    ``config.adb``), once per process."""
+    ``infra.adb``), once per process."""
     global _tracer, _instrumented
     _tracer = provider.get_tracer("infrai")
     if libraries and not _instrumented:

@@ -16,9 +16,9 @@ from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from config import adb
-from config.db import db_async
 from config.observability import scrape
+from infra import adb
+from infra.db import db_async
 
 # The longest each readiness check may take: a probe must answer, even about a database that
 # does not.
@@ -33,7 +33,7 @@ async def healthz(request: HttpRequest) -> JsonResponse:
 async def readiness() -> dict[str, str]:
     """Each dependency's state now: ``ok`` or why not. Ready when every value is ``ok``.
 
-    - ``database``: a ``SELECT 1`` on the hot path's pool (:mod:`config.adb`), within
+    - ``database``: a ``SELECT 1`` on the hot path's pool (:mod:`infra.adb`), within
       :data:`PROBE_TIMEOUT_S` — a pool that lost its connections replaces them for it, so the
       answer is the database's state now, not a dead pooled connection's;
     - ``redis``: a cache round trip;

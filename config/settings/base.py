@@ -226,7 +226,7 @@ INFRAI_HEADER_TIMEOUT_S = env.float("INFRAI_HEADER_TIMEOUT_S", default=10.0)
 INFRAI_BODY_TIMEOUT_S = env.float("INFRAI_BODY_TIMEOUT_S", default=30.0)
 INFRAI_BODY_MIN_RATE_BPS = env.float("INFRAI_BODY_MIN_RATE_BPS", default=500.0)
 # PostgreSQL connections per web process for the /v1 hot path's own statements (hold, log and
-# settle: config/adb.py), beside Django's pool for everything else. A call holds one for about
+# settle: infra/adb.py), beside Django's pool for everything else. A call holds one for about
 # a millisecond per statement, so 8 carry a process's ~1,000 calls/s with room to spare; more
 # backends than cores only add lock and scheduling contention inside PostgreSQL (16 cost more
 # PostgreSQL CPU per call than 4 or 8 in bench/compare.py) and use up max_connections.

@@ -39,7 +39,6 @@ from django.conf import settings
 from billing.selectors import wallet_summary
 from catalog.routing import RoutingRequest
 from config.background import spawn
-from config.db import db_async
 from config.errors import (
     InsufficientQuota,
     InvalidRequest,
@@ -56,6 +55,7 @@ from inference.pipeline import Call
 from inference.usage import Billed
 from inference.validation import number
 from inference.vendors.base import JSON
+from infra.db import db_async
 from money.pricing import Usage
 from money.usd import nanos_to_usd_str
 

@@ -25,7 +25,6 @@ import httpx
 from django.conf import settings
 from django.core import signing
 
-from config import fastcache
 from config.errors import NotFound
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
@@ -33,6 +32,7 @@ from inference.usage import Billed
 from inference.validation import positive_int
 from inference.vendors import errors
 from inference.vendors.base import JSON, Adapter, VendorTarget
+from infra import fastcache
 from money.pricing import Usage
 
 ENDPOINT = "images.generations"

@@ -16,8 +16,8 @@ from accounts.services import (
     organization_create,
     project_create,
 )
-from config import fastcache
 from config.errors import AuthenticationFailed
+from infra import fastcache
 
 auth = async_to_sync(authenticate)
 

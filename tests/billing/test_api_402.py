@@ -14,9 +14,9 @@ import pytest
 
 from accounts.models import ApiKey, Project
 from billing.services import ahold_open, asettle
-from config import adb
 from inference import http
 from inference.http import ApiRequest, Response, json_response, route
+from infra import adb
 
 PATH = "/v1/test-billing/hold"
 

@@ -26,7 +26,7 @@ from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Wallet
 from billing.services import Settled, asettle, hold_settle, holds_expire
 from billing.services.holds import hold_expire
-from config import adb
+from infra import adb
 from tests.billing.attempts import HoldAttempts
 from tests.billing.conftest import open_hold
 from tests.live import shared_database_url

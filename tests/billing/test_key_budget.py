@@ -11,7 +11,7 @@ from accounts.services import api_key_create
 from billing.errors import FundsLimit, InsufficientFunds
 from billing.models import Hold, HoldStatus, Wallet
 from billing.services import ahold_open, hold_settle
-from config import adb
+from infra import adb
 from tests.billing.attempts import HoldAttempts
 from tests.billing.conftest import USD, open_hold
 

@@ -16,8 +16,8 @@ from django.test.utils import CaptureQueriesContext
 from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Wallet
 from billing.services import aholds_renew, hold_settle
-from config import adb
 from inference.models import RequestLog
+from infra import adb
 from tests.billing.conftest import USD, open_hold, request_log
 
 pytestmark = pytest.mark.django_db(transaction=True)

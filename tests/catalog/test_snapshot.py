@@ -9,7 +9,7 @@ import pytest
 from catalog.models import Offering
 from catalog.selectors import VERSION_KEY, catalog_snapshot
 from catalog.services import catalog_changed
-from config import fastcache
+from infra import fastcache
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -589,7 +589,7 @@ def _refreshes(page: Page) -> int:
 
 def _open_live(page: Page, path: str) -> None:
     """Open ``path`` and wait until its socket is on and the consumer's one ``resync`` (sent
-    ``config.live.WATCH_MEMO_S`` after connecting) has re-rendered the page: from then on
+    ``infra.live.WATCH_MEMO_S`` after connecting) has re-rendered the page: from then on
     every re-render is caused by an event of the test."""
     page.goto(path)
     expect(page.locator("body[data-live=on]")).to_be_attached()

@@ -11,9 +11,9 @@ from django.contrib.auth.models import AnonymousUser
 from django.contrib.sessions.backends.db import SessionStore
 
 from accounts.models import Role
-from config import live
 from dashboard import consumers
 from dashboard.routing import websocket_urlpatterns
+from infra import live
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

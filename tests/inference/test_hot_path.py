@@ -1,5 +1,5 @@
 """The ``/v1`` hot path stays lean: what one chat call asks of PostgreSQL and Redis is counted,
-and its money statements run on the event loop (``config.adb``) with the guarantees of
+and its money statements run on the event loop (``infra.adb``) with the guarantees of
 ``billing.services.holds``. No timings: counts and ledger facts only.
 """
 
@@ -20,9 +20,10 @@ from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Wallet
 from billing.services import hold_open
 from billing.services.holds import hold_expire
-from config import background, live, resp
+from config import background
 from inference import pipeline
 from inference.models import RequestLog, RequestStatus
+from infra import live, resp
 
 pytestmark = pytest.mark.usefixtures("fake_catalog")
 MESSAGES = [{"role": "user", "content": "count me"}]
@@ -40,7 +41,7 @@ def _wait_for_background(seconds: float = 10.0) -> None:
 @pytest.fixture
 def count_round_trips(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Counter[str]]:
     """Count, from now on in this process (the live server runs in it), the statements sent to
-    PostgreSQL (``config.adb``'s asyncpg and the ORM's psycopg) and the round trips to Redis."""
+    PostgreSQL (``infra.adb``'s asyncpg and the ORM's psycopg) and the round trips to Redis."""
     seen: Counter[str] = Counter()
 
     def counting(kind: str, original: Any) -> Any:
@@ -80,7 +81,7 @@ def test_one_chat_call_costs_three_statements_and_one_redis_round_trip(
     issue_key, client_for, count_round_trips, settings, monkeypatch
 ):
     """Steady state: the hold is one statement, the request log and the settlement one more,
-    then the wait for the disk (``config.adb.flush``: both commits are deferred so that the
+    then the wait for the disk (``infra.adb.flush``: both commits are deferred so that the
     wallet row is not locked while PostgreSQL writes to disk). Redis sees one round trip, the
     rate-limit counters with the key's confirmation (the key itself comes from the process's
     memory: accounts.auth); the live push goes only to
@@ -316,7 +317,7 @@ def test_a_flush_that_fails_after_the_settlement_committed_reports_it_settled(
     """Attack: the database drops the connection between the settlement's (deferred) commit
     and the wait for the disk. The settlement stands and is reported as done, so nothing
     settles it again or writes a second log row."""
-    from config import adb
+    from infra import adb
 
     async def broken_flush(conn: asyncpg.Connection) -> None:
         raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle")

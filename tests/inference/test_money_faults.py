@@ -289,7 +289,7 @@ def test_a_relaying_process_renews_its_holds(issue_key, fake_catalog, settings):
 
 
 async def _expires(request_id: str):  # type: ignore[no-untyped-def]
-    from config.db import db_async
+    from infra.db import db_async
 
     return await db_async(lambda: Hold.objects.get(request_id=request_id).expires_at)()
 

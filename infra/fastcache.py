@@ -2,7 +2,7 @@
 
 Django's cache API runs its async methods on the one thread-sensitive executor thread, so each
 call would queue behind every other sync call of the process. This store talks to Redis through
-:mod:`config.resp` (one pipelined connection per event loop, a fraction of redis-py's CPU per
+:mod:`infra.resp` (one pipelined connection per event loop, a fraction of redis-py's CPU per
 round trip) and shares keys with the sync helpers below (redis-py; used by revocation in the
 admin/dashboard), so every process sees the same state.
 Values are JSON.
@@ -15,7 +15,8 @@ from typing import Any
 import redis
 from django.conf import settings
 
-from config import jsonio, resp
+from config import jsonio
+from infra import resp
 
 
 def _prefix() -> str:
