@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -11,6 +12,7 @@ from django.core.cache import cache
 from django.core.management import call_command
 
 from accounts.auth import _touched_at
+from config import background
 from infra import fastcache
 from tests.gpu import backend_url  # noqa: F401  (one gpu-backend process per session, all folders)
 from tests.live import daphne_server, uvicorn_server
@@ -71,9 +73,16 @@ def daphne_url(_no_stray_connections: None) -> Iterator[str]:
 
 
 @pytest.fixture
-def api_base(live_url: str, transactional_db: None) -> str:
-    """The ``/v1`` base URL for the OpenAI SDK; rows the test writes are visible to the server."""
-    return live_url + "/v1"
+def api_base(live_url: str, transactional_db: None) -> Iterator[str]:
+    """The ``/v1`` base URL for the OpenAI SDK; rows the test writes are visible to the server.
+
+    On teardown it waits (up to 10 s) for the work the server started after its answers (a
+    key's ``last_used_at`` touch, a settlement, a cache store): the test database's flush
+    truncates every table, and a query of that work still running would deadlock with it."""
+    yield live_url + "/v1"
+    deadline = time.monotonic() + 10.0
+    while background.pending() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 @pytest.fixture
