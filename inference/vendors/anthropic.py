@@ -16,7 +16,9 @@ from inference.vendors.base import (
     JSON,
     UnservedEndpoints,
     VendorTarget,
+    assistant_message,
     portable_tool_ids,
+    tool_call,
 )
 from inference.vendors.sse import events
 
@@ -178,16 +180,8 @@ def from_anthropic(body: JSON, *, model: str) -> JSON:
         if block.get("type") == "text":
             text.append(block.get("text", ""))
         elif block.get("type") == "tool_use":
-            tool_calls.append(
-                {
-                    "id": block["id"],
-                    "type": "function",
-                    "function": {"name": block["name"], "arguments": json.dumps(block["input"])},
-                }
-            )
-    message: JSON = {"role": "assistant", "content": "".join(text) if text else None}
-    if tool_calls:
-        message["tool_calls"] = tool_calls
+            tool_calls.append(tool_call(block["id"], block["name"], block["input"]))
+    message = assistant_message(text, tool_calls)
     return {
         "id": body.get("id", ""),
         "object": "chat.completion",

@@ -7,6 +7,7 @@ both ways with pure functions; the HTTP call is a thin shell around them.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
@@ -138,3 +139,21 @@ class UnservedEndpoints:
         self, target: VendorTarget, fields: FormFields, file: FileUpload
     ) -> JSON | str:
         self._unsupported(target, "transcriptions")
+
+
+def tool_call(call_id: str, name: str, arguments: Any) -> JSON:
+    """An OpenAI ``function`` tool call of a whole answer (``arguments`` as JSON text)."""
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
+
+
+def assistant_message(text: list[str], tool_calls: list[JSON]) -> JSON:
+    """The ``message`` of a ``chat.completion`` choice: the text parts joined (``None`` when
+    there are none) and the tool calls, when there are any."""
+    message: JSON = {"role": "assistant", "content": "".join(text) if text else None}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return message

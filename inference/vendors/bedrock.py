@@ -38,7 +38,9 @@ from inference.vendors.base import (
     JSON,
     UnservedEndpoints,
     VendorTarget,
+    assistant_message,
     portable_tool_ids,
+    tool_call,
 )
 
 DEFAULT_MAX_TOKENS = 4096
@@ -320,16 +322,8 @@ def from_converse(body: JSON, *, model: str) -> JSON:
             text.append(str(block["text"]))
         elif "toolUse" in block:
             use = block["toolUse"]
-            tool_calls.append(
-                {
-                    "id": use["toolUseId"],
-                    "type": "function",
-                    "function": {"name": use["name"], "arguments": json.dumps(use["input"])},
-                }
-            )
-    message: JSON = {"role": "assistant", "content": "".join(text) if text else None}
-    if tool_calls:
-        message["tool_calls"] = tool_calls
+            tool_calls.append(tool_call(use["toolUseId"], use["name"], use["input"]))
+    message = assistant_message(text, tool_calls)
     return {
         "id": f"chatcmpl-bedrock-{time.time_ns()}",
         "object": "chat.completion",

@@ -50,6 +50,7 @@ from inference.vendors.base import (
     JSON,
     UnservedEndpoints,
     VendorTarget,
+    tool_call,
 )
 from inference.vendors.sse import events
 
@@ -343,13 +344,8 @@ def read_candidate(candidate: JSON, first_position: int = 0) -> Turn:
             call = part["functionCall"]
             args = call.get("args") or {}
             position = first_position + len(calls)
-            calls.append(
-                {
-                    "id": call_id(call["name"], args, position, part.get("thoughtSignature")),
-                    "type": "function",
-                    "function": {"name": call["name"], "arguments": json.dumps(args)},
-                }
-            )
+            minted = call_id(call["name"], args, position, part.get("thoughtSignature"))
+            calls.append(tool_call(minted, call["name"], args))
         elif isinstance(part.get("text"), str) and not part.get("thought"):
             text.append(part["text"])
     reason = finish_reason(candidate.get("finishReason"), bool(calls))
