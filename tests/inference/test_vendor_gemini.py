@@ -531,3 +531,29 @@ def test_the_probe_lists_every_page_of_models_without_their_prefix(gemini):
     ]
     assert {r["key"] for r in gemini.requests} == {gemini.api_key}
     assert Vendor.objects.get(name="gem").verified_models == list(result.models)
+
+
+def test_a_stream_cut_after_it_started_ends_with_an_error_and_bills_what_was_delivered(
+    issue_key, client_for, gemini, fakes
+):
+    """Gemini drops the connection mid-answer: no failover once bytes reached the client, an
+    error event ends the stream, the call is billed for what was delivered (exactly once), no
+    hold stays open and the audit finds nothing."""
+    from billing.audit import audit_findings
+    from tests.live import wait_for
+
+    gemini.cut_after = 2
+    stream = client_for(issue_key()).chat.completions.create(
+        model="gem-chat",
+        messages=[{"role": "user", "content": "one two three four five"}],
+        stream=True,
+    )
+    received: list[str] = []
+    with pytest.raises(openai.APIError):
+        for chunk in stream:
+            received += [c.delta.content or "" for c in chunk.choices]
+    assert "".join(received).startswith("Echo:") and fakes["backup"].requests == []
+    entry = wait_for(lambda: LedgerEntry.objects.filter(amount_nanos__lt=0).first())
+    assert LedgerEntry.objects.filter(request_id=entry.request_id).count() == 1
+    wait_for(lambda: not Hold.objects.filter(status=HoldStatus.OPEN).exists() or None)
+    assert audit_findings().money == []
