@@ -31,6 +31,7 @@ test: install
 bench: install
 	$(PY) bench/compare.py --write-doc
 	$(PY) bench/servers.py --write-doc
+	$(PY) bench/http_layer.py --write-doc
 
 lint:
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

@@ -284,7 +284,9 @@ def start_infrai(
     tmp: Path, upstream: str, database_url: str, redis_url: str, *, asgi: str = "uvicorn"
 ) -> tuple[subprocess.Popen[bytes], Target]:
     """infrai on a fresh database and Redis db, served by ``asgi``: ``uvicorn`` (the
-    production entry, ``python -m config.server``) or ``daphne`` (Channels' server)."""
+    production entry, ``python -m config.server``), ``starlette`` (the same server and routes on
+    Starlette's HTTP layer, ``bench/starlette_v1.py``: measured, never served) or ``daphne``
+    (Channels' server)."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.local",
@@ -325,6 +327,8 @@ def start_infrai(
     port = free_port()
     argv = {
         "uvicorn": [str(PY), "-m", "config.server", "--host", "127.0.0.1", "--port", str(port)],
+        "starlette": [str(PY), str(ROOT / "bench/starlette_v1.py"), "--host", "127.0.0.1",
+                      "--port", str(port)],
         "daphne": [str(PY.parent / "daphne"), "-b", "127.0.0.1", "-p", str(port), "-v", "0",
                    "config.asgi:application"],
     }[asgi]  # fmt: skip
@@ -339,7 +343,7 @@ def start_infrai(
     headers = {"authorization": f"Bearer {key}"}
     base = f"http://127.0.0.1:{port}/v1"
     wait_http(base + "/models", 60, proc, headers)
-    label = "infrai" if asgi == "uvicorn" else f"infrai ({asgi})"
+    label = "infrai" if asgi in ("uvicorn", "starlette") else f"infrai ({asgi})"
     target = Target(
         label, base, headers, "bench-model", "bench-embed", lambda: tree(proc.pid),
         Postgres(database_url), [{"authorization": f"Bearer {k}"} for k in keys[1:]],
@@ -769,6 +773,9 @@ def main() -> None:
     parser.add_argument("--litellm", default="litellm[proxy]", help="pip spec ('' to skip)")
     parser.add_argument("--no-infrai", action="store_true")
     parser.add_argument(
+        "--asgi", default="uvicorn", choices=("uvicorn", "starlette"), help="infrai's HTTP layer"
+    )
+    parser.add_argument(
         "--write-doc", action="store_true", help="put the table in docs/performance.md"
     )
     parser.add_argument("--profile", help="py-spy raw stacks of infrai to this file (needs py-spy)")
@@ -792,7 +799,9 @@ def main() -> None:
             )
         ]
         if not args.no_infrai:
-            proc, target = start_infrai(tmp, upstream, args.database_url, args.redis_url)
+            proc, target = start_infrai(
+                tmp, upstream, args.database_url, args.redis_url, asgi=args.asgi
+            )
             procs.append(proc)
             targets.append(target)
             if args.profile:

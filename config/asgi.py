@@ -10,16 +10,26 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 django_asgi_app = get_asgi_application()
 
+import atexit  # noqa: E402
+
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-import inference.routes  # noqa: E402, F401  (registers the /v1 routes)
-import vectors.api  # noqa: E402, F401  (/v1/vector/*, /v1/files, /v1/vector_stores)
 from config.observability import observe_v1  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
-from inference.http import v1_app as inference_app  # noqa: E402
+from inference import routes, settlement  # noqa: E402
+from inference.floor import PerLoop  # noqa: E402
+from inference.http import V1App  # noqa: E402
+from vectors import api as vectors_api  # noqa: E402  (/v1/vector/*, /v1/files, /v1/vector_stores)
 
+inference_app = V1App(
+    (*routes.ROUTES, *vectors_api.ROUTES),
+    on_unlogged_failure=settlement.log_unheld_failure,
+    # Under a server that hands the app no floor (daphne, which drops open streams on SIGTERM
+    # without their cleanup): one per loop, whose streams are billed at exit.
+    floor_for=PerLoop(on_new=lambda floor: atexit.register(settlement.settle_now, floor)),
+)
 v1_app = observe_v1(inference_app)  # request counts, latency, the call's root span
 
 

@@ -3,9 +3,9 @@
 The event loop holds only weak references to its tasks: a task nobody keeps may be collected
 before it runs to its end. Work started off a request's critical path (a key's
 ``last_used_at`` touch in :mod:`accounts.auth`; a circuit-breaker update, a cache store, a
-live push or a settlement in :mod:`inference.pipeline`) is started with :func:`spawn` (or a
+live push or a settlement in :mod:`inference.settlement`) is started with :func:`spawn` (or a
 task already made is handed to :func:`keep`), and :func:`pending` is what a draining server
-waits for (:func:`inference.pipeline.drain`).
+waits for (:func:`inference.settlement.drain`).
 
 Tasks of several event loops may be kept at once (tests run several servers in a process);
 :func:`pending` answers per loop.

@@ -14,7 +14,7 @@ limit to the hard limit, so that the connections a timeout has not closed yet do
 the default 1,024 descriptors.
 
 Shutdown (SIGTERM or Ctrl-C): the listening sockets close first; then
-:func:`inference.pipeline.drain` lets the calls in flight finish for ``INFRAI_DRAIN_S``
+:func:`inference.settlement.drain` lets the calls in flight finish for ``INFRAI_DRAIN_S``
 seconds, ends the rest (a stream gets an error event and ``[DONE]``, a non-streamed call a 503)
 and bills what each delivered; only then does uvicorn close connections and stop.
 """
@@ -27,6 +27,7 @@ import importlib.util
 import os
 import resource
 import socket
+from typing import Any
 
 import uvicorn
 
@@ -36,17 +37,37 @@ def _installed(module: str) -> bool:
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn's server with the platform's drain between "stop accepting" and "close"."""
+    """uvicorn's server with the platform's drain between "stop accepting" and "close".
+
+    It owns the :class:`~inference.floor.Floor` of the calls it carries: every request
+    finds it in its scope's ``state``; the drain and the exit hook bill from it."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        import atexit
+
+        from inference.floor import Floor
+        from inference.settlement import settle_now
+
+        super().__init__(config)
+        self.floor: Floor[Any] = Floor()
+        # A process that stops without the drain still bills the streams it relays.
+        atexit.register(settle_now, self.floor)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        from inference.http import FLOOR_KEY
+
+        self.lifespan.state[FLOOR_KEY] = self.floor  # copied into every request's scope
+        await super().startup(sockets=sockets)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         from django.conf import settings
 
-        from inference.pipeline import close_clients, drain
+        from inference.settlement import close_clients, drain
 
         for server in self.servers:
             server.close()
         if not self.force_exit:
-            await drain(grace_s=float(settings.INFRAI_DRAIN_S))
+            await drain(self.floor, grace_s=float(settings.INFRAI_DRAIN_S))
         await super().shutdown(sockets=sockets)
         await close_clients()
 

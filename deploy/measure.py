@@ -7,7 +7,7 @@
    client libraries over N sequential non-streamed chat calls.
 2. **PostgreSQL alone** (``--db-clients 1,2,4``): processes that each repeat only the database
    work of a call — open the hold, then write the request-log row and settle it in one
-   statement and wait for the disk, as :mod:`inference.pipeline` does — each for its own
+   statement and wait for the disk, as :mod:`inference.settlement` does — each for its own
    organization, for S/2 seconds; calls/s and the CPU the PostgreSQL backends used (cores
    busy).
 3. **The topology under load** (``scripts/cluster.sh`` without the GPU backend: nginx and two
@@ -187,7 +187,7 @@ def db_worker(slug: str, seconds: float) -> None:
     from accounts.models import Organization, Project
     from billing.services import ahold_open
     from inference.models import RequestLog, RequestStatus
-    from inference.pipeline import _record_and_settle
+    from inference.settlement import _record_and_settle
 
     org = Organization.objects.get(slug=slug)
     project = Project.objects.filter(organization=org).first()

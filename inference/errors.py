@@ -6,7 +6,7 @@ the request field). The table below says, for each, which :class:`~config.errors
 answers it — the body, the status and the headers (``x-should-retry``) — and nowhere else does.
 
 :func:`api_error` is applied where an exception becomes an answer: the ``/v1`` server
-(:mod:`inference.http`), a call's failure record (:meth:`inference.pipeline.Call.
+(:mod:`inference.http`), a call's failure record (:func:`inference.stages.
 closed_on_failure`) and the management API's handler (:func:`management.api.to_api_error`).
 Code that needs a domain refusal's facts (``available_nanos`` for a ``max_tokens`` hint)
 catches the domain exception itself and renders it here (:func:`insufficient_quota`).

@@ -1,8 +1,9 @@
 """The ``/v1`` HTTP layer: one lean ASGI app, a route table, and response types.
 
 ``/v1`` bypasses Django's middleware stack (sessions, CSRF, auth …: none of it is needed for a
-Bearer-key JSON API) — :mod:`config.asgi` sends ``/v1`` straight to :func:`v1_app`.
-What the consumer does for every call:
+Bearer-key JSON API) — :mod:`config.asgi` builds one :class:`V1App` from the route tables the
+endpoints declare (:func:`route` makes a :class:`Route`; nothing registers itself on import)
+and sends ``/v1`` straight to it. What it does for every call:
 
 1. **before reading any of the body**: refuses a declared ``Content-Length`` over the route's
    limit (``INFRAI_MAX_BODY_BYTES`` unless the route names another setting, e.g. uploads) with
@@ -35,7 +36,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -56,6 +57,7 @@ from config.querystring import query_value_error, unstorable_param
 from inference.errors import api_error
 
 log = logging.getLogger(__name__)
+FLOOR_KEY = "infrai.floor"  # the scope state's entry for the server's Floor (inference.floor)
 
 JSON_CT = b"application/json"
 # Deepest nesting of arrays/objects a JSON body may have (400 ``invalid_json`` deeper).
@@ -118,12 +120,14 @@ class ApiRequest:
     path_params: dict[str, str] = field(default_factory=dict)
     key: KeyContext | None = None
     # The key's context is known current (read from the shared cache or the database by this
-    # call); a remembered one is confirmed by Call.limit before anything is served.
+    # call); a remembered one is confirmed by inference.stages.admit before anything is served.
     key_confirmed: bool = False
     logged: bool = False  # the call has (or is writing) its request-log row
     requested_model: str = ""  # the model the body asked for, once a handler read it
     # What a route's ``before_body`` check hands to its handler (e.g. the counted call).
     state: dict[str, Any] = field(default_factory=dict)
+    # The server's :class:`inference.floor.Floor` (the calls it carries), from the ASGI scope.
+    floor: Any = None
 
     @property
     def caller(self) -> KeyContext:
@@ -232,22 +236,20 @@ BeforeBody = Callable[[ApiRequest], Awaitable[None]]
 
 @dataclass(frozen=True)
 class Route:
+    path: str  # as declared: ``{name}`` one segment, ``{name:path}`` the rest
     pattern: re.Pattern[str]
     methods: dict[str, Handler]
     authenticated: bool = True
     body_limit_setting: str = "INFRAI_MAX_BODY_BYTES"
     before_body: BeforeBody | None = None
-    # Every handler of the route counts the call (Call.limit, which confirms the key) before
-    # it serves, holds or writes anything for the caller.
+    # Every handler of the route counts the call (inference.stages.admit, which confirms the
+    # key) before it serves, holds or writes anything for the caller.
     confirms_key: bool = False
 
     @property
     def max_body_bytes(self) -> int:
         """The largest body this route accepts, read from settings on every call."""
         return int(getattr(settings, self.body_limit_setting))
-
-
-_routes: list[Route] = []
 
 
 def route(
@@ -258,52 +260,54 @@ def route(
     body_limit_setting: str = "INFRAI_MAX_BODY_BYTES",
     before_body: BeforeBody | None = None,
     confirms_key: bool = False,
-) -> None:
-    """Register ``path`` (``{name}`` captures one segment; ``{name:path}`` the rest).
+) -> Route:
+    """The route of ``path`` (``{name}`` captures one segment; ``{name:path}`` the rest), for
+    an endpoint's route table.
 
     ``body_limit_setting`` names the setting that caps the request body (413 above it): file
     uploads name ``INFRAI_MAX_UPLOAD_BYTES``. ``before_body`` runs after authentication and
     before the body is read (what it puts in ``request.state`` reaches the handler).
-    ``confirms_key``: every handler calls ``Call.limit`` before it serves, holds or writes
-    anything for the caller, so the key is authenticated from this process's memory and
-    confirmed there (one Redis round trip fewer); a route without a body check only.
+    ``confirms_key``: every handler counts the call (:func:`inference.stages.admit`) before it
+    serves, holds or writes anything for the caller, so the key is authenticated from this
+    process's memory and confirmed there (one Redis round trip fewer); a route without a body
+    check only.
     """
     if confirms_key and before_body is not None:
         raise ValueError("a before_body check would run on an unconfirmed key")
     regex = re.sub(r"\{(\w+):path\}", r"(?P<\1>.+)", path)
     regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", regex)
-    _routes.append(
-        Route(
-            re.compile(f"^{regex}$"),
-            methods,
-            authenticated,
-            body_limit_setting,
-            before_body,
-            confirms_key,
-        )
+    return Route(
+        path,
+        re.compile(f"^{regex}$"),
+        methods,
+        authenticated,
+        body_limit_setting,
+        before_body,
+        confirms_key,
     )
 
 
-def find(path: str) -> tuple[Route, dict[str, str]] | None:
-    """The route matching ``path`` and its captured segments, or None (one pass over the
-    table per call: its body limit and its handler both come from this)."""
-    for candidate in _routes:
+Found = tuple[Route, dict[str, str]] | None
+
+
+def find(routes: Sequence[Route], path: str) -> Found:
+    """The route of ``routes`` matching ``path`` and its captured segments, or None (one pass
+    over the table per call: its body limit and its handler both come from this)."""
+    for candidate in routes:
         match = candidate.pattern.match(path)
         if match:
             return candidate, match.groupdict()
     return None
 
 
-def body_limit(found: tuple[Route, dict[str, str]] | None) -> int:
+def body_limit(found: Found) -> int:
     """The body limit of the route :func:`find` found (the default for unknown paths)."""
     if found is None:
         return int(settings.INFRAI_MAX_BODY_BYTES)
     return found[0].max_body_bytes
 
 
-def resolve(
-    method: str, path: str, found: tuple[Route, dict[str, str]] | None
-) -> tuple[Route, Handler, dict[str, str]]:
+def resolve(method: str, path: str, found: Found) -> tuple[Route, Handler, dict[str, str]]:
     """The route and handler for a call, or 404 / 405."""
     if found is None:
         raise NotFound(f"Unknown request URL: {method} {path}.", code="unknown_url")
@@ -332,51 +336,117 @@ def _declared_length(headers: dict[str, str]) -> int:
         return 0
 
 
-async def v1_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """The ``/v1`` ASGI application (see the module docstring for what it does per call).
+# Records an authenticated call that failed before it had a request-log row (a 400 of
+# validation, a 404 or 400 of routing, a 429, a 402 …): inference.settlement.log_unheld_failure.
+FailureLogger = Callable[[ApiRequest, ApiError], None]
+
+
+class V1App:
+    """The ``/v1`` ASGI application (see the module docstring for what it does per call):
+    ``routes``, in order, and what records an authenticated call that failed before it had
+    a request-log row.
 
     A plain ASGI callable, not a Channels consumer: a ``/v1`` call never uses a channel layer,
     and the consumer machinery (a queue and a dispatch task per request) cost CPU on every
-    call and every streamed chunk.
+    call and every streamed chunk. Each request carries its server's
+    :class:`~inference.floor.Floor` (the scope's ``state``, under
+    :data:`inference.floor.SCOPE_KEY`); for a server that passes none, the app keeps one per
+    event loop (``floor_for``).
     """
-    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-    request = ApiRequest(
-        method=scope["method"],
-        path=scope["path"],
-        headers=headers,
-        body=b"",
-        query=parse_qs(scope.get("query_string", b"").decode("latin-1")),
-        request_id=new_request_id(),
-        started_ns=time.perf_counter_ns(),
-    )
-    found = find(request.path)
-    limit = body_limit(found)
-    try:
-        if _declared_length(headers) > limit:
-            raise too_large(limit)
-        matched, handler, request.path_params = resolve(request.method, request.path, found)
-        if request.query and (param := unstorable_param(request.query.items())) is not None:
-            raise query_value_error(param)
-        if matched.authenticated:
-            request.key = await authenticate(
-                headers.get("authorization"), confirm=not matched.confirms_key
-            )
-            request.key_confirmed = not matched.confirms_key
-        if matched.before_body is not None:
-            await matched.before_body(request)
-    except Exception as exc:
-        refused = api_error(exc)
-        if refused is None:
-            await _respond(send, request, error_response(_unexpected(request, exc)))
+
+    def __init__(
+        self,
+        routes: Sequence[Route],
+        *,
+        on_unlogged_failure: FailureLogger,
+        floor_for: Callable[[], Any],
+    ) -> None:
+        self.routes = tuple(routes)
+        self.on_unlogged_failure = on_unlogged_failure
+        self.floor_for = floor_for
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        state = scope.get("state")
+        request = ApiRequest(
+            method=scope["method"],
+            path=scope["path"],
+            headers=headers,
+            body=b"",
+            query=parse_qs(scope.get("query_string", b"").decode("latin-1")),
+            request_id=new_request_id(),
+            started_ns=time.perf_counter_ns(),
+            floor=state.get(FLOOR_KEY) if state else None,
+        )
+        if request.floor is None:
+            request.floor = self.floor_for()
+        found = find(self.routes, request.path)
+        limit = body_limit(found)
+        try:
+            if _declared_length(headers) > limit:
+                raise too_large(limit)
+            matched, handler, request.path_params = resolve(request.method, request.path, found)
+            if request.query and (param := unstorable_param(request.query.items())) is not None:
+                raise query_value_error(param)
+            if matched.authenticated:
+                request.key = await authenticate(
+                    headers.get("authorization"), confirm=not matched.confirms_key
+                )
+                request.key_confirmed = not matched.confirms_key
+            if matched.before_body is not None:
+                await matched.before_body(request)
+        except Exception as exc:
+            refused = api_error(exc)
+            if refused is None:
+                await _respond(send, request, error_response(_unexpected(request, exc)))
+                return
+            self._log_failure(request, refused)
+            await _respond(send, request, error_response(refused))
             return
-        _log_failure(request, refused)
-        await _respond(send, request, error_response(refused))
-        return
-    body = await _read_body(receive, send, request, limit)
-    if body is None:
-        return
-    request.body = body
-    await _serve_until_disconnect(receive, send, request, handler)
+        body = await _read_body(receive, send, request, limit)
+        if body is None:
+            return
+        request.body = body
+        await self._serve_until_disconnect(receive, send, request, handler)
+
+    async def _serve_until_disconnect(
+        self, receive: Any, send: Any, request: ApiRequest, handler: Handler
+    ) -> None:
+        """Run the handler in its own task; a client disconnect cancels it (module
+        docstring, step 3) and waits for its cleanup, which a second cancellation cannot
+        abort."""
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._serve(send, request, handler))
+        left = loop.create_task(_disconnected(receive))
+        await asyncio.wait((task, left), return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            left.cancel()
+            task.result()  # _serve raises only what must surface (a failing send)
+            return
+        task.cancel()
+        await asyncio.wait((task,))
+
+    async def _serve(self, send: Any, request: ApiRequest, handler: Handler) -> None:
+        try:
+            response = await handler(request)
+            if request.key is not None and not request.key_confirmed and response.status < 400:
+                # A confirms_key route answered without counting the call: a bug; never serve
+                # an unconfirmed key (the 401 of a key revoked meanwhile raises here).
+                log.error("%s %s answered without confirming its key", request.method, request.path)
+                request.key = await authenticate(request.headers.get("authorization"))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            failure = api_error(exc) or _unexpected(request, exc)
+            self._log_failure(request, failure)
+            response = error_response(failure)
+        response.headers = {**_id_headers(request), **response.headers}
+        await _send(send, response)
+
+    def _log_failure(self, request: ApiRequest, exc: ApiError) -> None:
+        if request.key is not None and not request.logged:
+            request.logged = True
+            self.on_unlogged_failure(request, exc)
 
 
 async def _read_body(receive: Any, send: Any, request: ApiRequest, limit: int) -> bytes | None:
@@ -398,45 +468,10 @@ async def _read_body(receive: Any, send: Any, request: ApiRequest, limit: int) -
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-async def _serve_until_disconnect(
-    receive: Any, send: Any, request: ApiRequest, handler: Handler
-) -> None:
-    """Run the handler in its own task; a client disconnect cancels it (module docstring,
-    step 3) and waits for its cleanup, which a second cancellation cannot abort."""
-    loop = asyncio.get_running_loop()
-    task = loop.create_task(_serve(send, request, handler))
-    left = loop.create_task(_disconnected(receive))
-    await asyncio.wait((task, left), return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        left.cancel()
-        task.result()  # _serve raises only what must surface (a failing send)
-        return
-    task.cancel()
-    await asyncio.wait((task,))
-
-
 async def _disconnected(receive: Any) -> None:
     """Returns when the server reports that the client went away."""
     while (await receive())["type"] != "http.disconnect":
         pass
-
-
-async def _serve(send: Any, request: ApiRequest, handler: Handler) -> None:
-    try:
-        response = await handler(request)
-        if request.key is not None and not request.key_confirmed and response.status < 400:
-            # A confirms_key route answered without counting the call: a bug; never serve
-            # an unconfirmed key (the 401 of a key revoked meanwhile raises here).
-            log.error("%s %s answered without confirming its key", request.method, request.path)
-            request.key = await authenticate(request.headers.get("authorization"))
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        failure = api_error(exc) or _unexpected(request, exc)
-        _log_failure(request, failure)
-        response = error_response(failure)
-    response.headers = {**_id_headers(request), **response.headers}
-    await _send(send, response)
 
 
 async def _send(send: Any, response: Response | StreamingResponse) -> None:
@@ -463,24 +498,6 @@ async def _send(send: Any, response: Response | StreamingResponse) -> None:
         if response.on_close is not None:
             await response.on_close()
     await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-# Set by the request path once the call has its request-log row (inference.pipeline).
-FailureLogger = Callable[[ApiRequest, ApiError], None]
-_failure_logger: FailureLogger | None = None
-
-
-def on_unlogged_failure(logger: FailureLogger) -> None:
-    """Register what records an authenticated call that failed before it had a request-log
-    row (a 400 of validation, a 404 or 400 of routing, a 429, a 402 …)."""
-    global _failure_logger
-    _failure_logger = logger
-
-
-def _log_failure(request: ApiRequest, exc: ApiError) -> None:
-    if request.key is not None and not request.logged and _failure_logger is not None:
-        request.logged = True
-        _failure_logger(request, exc)
 
 
 def _id_headers(request: ApiRequest) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """The request log: one row per ``/v1`` call.
 
 A call that held money has its row written with its settlement, in one transaction, before
-the response ends (:meth:`inference.pipeline.Call.finish`): a client that has read its answer
+the response ends (:func:`inference.settlement.finish`): a client that has read its answer
 can see both. It is on the request path, not deferred.
 """
 

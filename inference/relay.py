@@ -17,10 +17,10 @@ exactly once for what was delivered:
   a vendor that delivered a complete answer (every choice finished) and only forgot
   ``[DONE]`` is billed on its usage as a success;
 - the stream outlives ``INFRAI_MAX_STREAM_S`` → ended like a broken vendor (``stream_too_long``);
-- the process drains for shutdown (:func:`inference.pipeline.drain` cancels the task) → bill
+- the process drains for shutdown (:func:`inference.settlement.drain` cancels the task) → bill
   what was delivered, settle, send the error tail (``server_shutting_down``);
 - the client leaves (the task is cancelled) → bill what was delivered; settlement is shielded
-  from the cancellation (:meth:`Call.finish`).
+  from the cancellation (:func:`inference.settlement.finish`).
 
 Settlement happens *before* the tail, so a client that reads the last event sees its ledger
 entry. The upstream is closed (cancelling the vendor request) on every exit.
@@ -38,8 +38,9 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from config import observability
+from inference import settlement, stages
+from inference.call import Call
 from inference.models import RequestStatus
-from inference.pipeline import Call
 from inference.usage import Billed
 from inference.vendors.errors import VendorError
 
@@ -113,7 +114,7 @@ class Meter(Protocol):
         well."""
 
     def tail(self, call: Call, fault: Fault | None) -> Iterable[bytes]:
-        """The bytes after settlement (``call.infrai()`` is final by then)."""
+        """The bytes after settlement (``render.infrai(call)`` is final by then)."""
 
 
 async def relay(
@@ -162,7 +163,7 @@ async def relay(
         else:
             outcome = Outcome.FAULT
             if fault is not TOO_LONG:
-                call.vendor_failed_midway()
+                stages.vendor_failed_midway(call)
         await _settle(call, meter, outcome, fault, close_upstream)
         for data in meter.tail(call, fault):
             yield data
@@ -200,7 +201,7 @@ async def _settle(
     else:
         status, code = RequestStatus.OK, billed.note
     await close_upstream()
-    await call.finish(status=status, http_status=200, error_code=code)
+    await settlement.finish(call, status=status, http_status=200, error_code=code)
 
 
 class prepend:

@@ -37,15 +37,6 @@ def cache_key(*, organization_id: int, endpoint: str, payload: dict[str, Any], e
     return "rc:" + hashlib.sha256(canonical).hexdigest()
 
 
-# Who served a cached answer, as :meth:`inference.pipeline.Call.served` reports it.
-SERVED_KEYS = ("vendor", "model", "region", "routing", "ignored_params")
-
-
-def served(entry: dict[str, Any]) -> dict[str, Any]:
-    """Who served the answer of a cache ``entry`` (the hit reports the original vendor)."""
-    return {k: entry[k] for k in SERVED_KEYS}
-
-
 async def lookup(key: str) -> dict[str, Any] | None:
     """The cached entry or None."""
     found = await fastcache.get(key)

@@ -1,7 +1,7 @@
-"""The ``/v1`` API as one import: importing this module registers every endpoint's routes with
-:mod:`inference.http` (the composition root, :mod:`config.asgi`, imports it)."""
+"""The ``/v1`` route table of the inference endpoints, in one place (the composition root,
+:mod:`config.asgi`, adds the vector store's and builds the app from it)."""
 
-from inference.endpoints import (  # noqa: F401
+from inference.endpoints import (
     audio,
     chat,
     embeddings,
@@ -10,4 +10,16 @@ from inference.endpoints import (  # noqa: F401
     moderations,
     openapi,
     responses,
+)
+from inference.http import Route
+
+ROUTES: tuple[Route, ...] = (
+    *chat.ROUTES,
+    *responses.ROUTES,
+    *embeddings.ROUTES,
+    *moderations.ROUTES,
+    *images.ROUTES,
+    *audio.ROUTES,
+    *models.ROUTES,
+    *openapi.ROUTES,
 )

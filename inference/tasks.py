@@ -68,7 +68,7 @@ def log_abandoned_calls_task() -> int:
 def replay_journals_task() -> int:
     """Make the settlements left in the journals of this host's stopped processes
     (:mod:`billing.journal`); returns how many are still waiting (beat, every minute)."""
-    from inference.pipeline import replay_journal
+    from inference.settlement import replay_journal
     from infra import adb
 
     async def run() -> int:

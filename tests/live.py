@@ -17,16 +17,30 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 from django.conf import settings
 
 from config.services import free_port, pid_alive  # noqa: F401  (the tests' helpers too)
+from inference.floor import Floor
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
+# The floors (the calls each carries) of the servers running in this process, by base URL.
+_FLOORS: dict[str, Floor[Any]] = {}
+
+
+def floor_of(url: str) -> Floor[Any]:
+    """The :class:`~inference.floor.Floor` of the in-process server at ``url`` (a base URL,
+    with or without ``/v1``)."""
+    return _FLOORS[url.removesuffix("/v1")]
+
+
+def live_floors() -> list[Floor[Any]]:
+    """The floors of every server running in this process."""
+    return list(_FLOORS.values())
 
 
 def wait_http(url: str, *, seconds: float = 30.0) -> None:
@@ -121,7 +135,11 @@ def uvicorn_server() -> Iterator[str]:
         server.should_exit = True
 
     with _served(server.run, name="uvicorn", port=port, stop=stop, join_s=30) as url:
-        yield url
+        _FLOORS[url] = server.floor
+        try:
+            yield url
+        finally:
+            _FLOORS.pop(url, None)
 
 
 @contextmanager

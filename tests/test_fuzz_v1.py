@@ -37,7 +37,6 @@ from accounts.models import ApiKey
 from billing.audit import audit_findings
 from billing.models import Hold, HoldStatus, LedgerEntry
 from config import background
-from inference import pipeline
 from inference.endpoints import audio, embeddings, images
 from inference.endpoints.openapi import document, served_document
 from inference.models import RequestLog
@@ -53,6 +52,7 @@ from tests.inference.conftest import (  # noqa: F401  (fixtures used by this mod
     load_gateway_catalog,
     on_fakes,
 )
+from tests.live import live_floors
 from tests.vectors.conftest import reseed_vector_price
 
 # Cases per operation and per mode (positive, negative).
@@ -258,7 +258,9 @@ _REQUEST_ID = re.compile(r"req_[0-9a-f]{24}")
 def wait_until_settled(seconds: float = 30.0) -> None:
     """Wait for the app's background work (request-log writes, settlements) to end."""
     deadline = time.monotonic() + seconds
-    while (background.pending() or pipeline._inflight) and time.monotonic() < deadline:
+    while (
+        background.pending() or any(f.calls for f in live_floors())
+    ) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 

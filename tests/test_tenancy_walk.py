@@ -47,7 +47,7 @@ from accounts.services import (
 )
 from billing.models import EntryKind, LedgerEntry
 from billing.services import wallet_credit
-from inference import http as v1_http
+from config.asgi import inference_app
 from inference.models import RequestLog
 from tests.dashboard.factories import request_log_row
 from tests.dashboard.test_live import _connect
@@ -375,7 +375,7 @@ def test_the_live_websocket_of_another_organization_is_refused(
 def v1_routes() -> list[tuple[str, str]]:
     """(method, path template) of every registered ``/v1`` route."""
     out = []
-    for route in v1_http._routes:
+    for route in inference_app.routes:
         template = route.pattern.pattern.removeprefix("^").removesuffix("$")
         template = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", template)
         out.extend((method, template) for method in route.methods)

@@ -18,14 +18,14 @@ from __future__ import annotations
 from typing import Any
 
 from config.errors import NotFound
+from inference import render
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
 from infra.db import db_async
-from vectors import metering, services, validation
+from vectors import metering, openai_api, services, validation
 from vectors.embedding import embed_texts
 from vectors.flows import deposit_for, embedding_model_for, search
 from vectors.models import Collection
-from vectors.openai_api import register as register_openai_routes
 from vectors.store import Item, Match
 
 _find = db_async(services.collection_find)
@@ -105,11 +105,11 @@ async def upsert(request: ApiRequest) -> Response:
         "dimensions": collection.dimensions,
         "vector_count": collection.vector_count,
         "size_bytes": collection.size_bytes,
-        "infrai": call.infrai(),
+        "infrai": render.infrai(call),
     }
     if embedded_infrai is not None:
         out["embedding"] = {"model": model, "infrai": embedded_infrai}
-    return json_response(out, headers=call.headers())
+    return json_response(out, headers=render.headers(call))
 
 
 async def query(request: ApiRequest) -> Response:
@@ -188,9 +188,15 @@ async def collection_delete(request: ApiRequest) -> Response:
     return json_response({"object": "vector.collection.deleted", "name": name, "deleted": True})
 
 
-route("/v1/vector/upsert", methods={"POST": upsert})
-route("/v1/vector/query", methods={"POST": query})
-route("/v1/vector/delete", methods={"POST": delete})
-route("/v1/vector/collections", methods={"GET": collections_list, "POST": collections_create})
-route("/v1/vector/collections/{name}", methods={"GET": collection_get, "DELETE": collection_delete})
-register_openai_routes()
+# The routes of this module, for the app's table (config.asgi).
+ROUTES = (
+    route("/v1/vector/upsert", methods={"POST": upsert}),
+    route("/v1/vector/query", methods={"POST": query}),
+    route("/v1/vector/delete", methods={"POST": delete}),
+    route("/v1/vector/collections", methods={"GET": collections_list, "POST": collections_create}),
+    route(
+        "/v1/vector/collections/{name}",
+        methods={"GET": collection_get, "DELETE": collection_delete},
+    ),
+    *openai_api.ROUTES,
+)

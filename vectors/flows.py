@@ -8,6 +8,7 @@ from typing import Any
 
 from catalog.routing import ROUTING_MODES
 from config.errors import InvalidRequest
+from inference import render
 from inference.http import ApiRequest
 from infra.db import db_async
 from vectors import metering, services
@@ -81,4 +82,4 @@ async def search(
     call, matches = await metering.metered_call(
         request, endpoint="vector.query", hold_nanos=fee, charge=True, work=db_async(run)
     )
-    return matches, call.infrai(), call.headers()
+    return matches, render.infrai(call), render.headers(call)

@@ -2,7 +2,7 @@
 
 **Calls.** A search costs the catalog's ``per_query_nanos``; a write costs nothing itself but
 must be covered by one GB-day of the bytes it writes (a wallet that cannot pay for storing them
-gets a 402 and nothing is written). Both go through :class:`inference.pipeline.Call` like any
+gets a 402 and nothing is written). Both go through :class:`inference.call.Call` like any
 metered call: counted against the key's limits, a hold before the work, the request-log row and
 the settlement written together exactly once on every exit path. The platform is the "vendor"
 (``infrai/vector-store``); its fee is one priced unit.
@@ -42,9 +42,10 @@ from billing.errors import InsufficientFunds
 from billing.services import HoldExists, hold_open, hold_settle
 from catalog.routing import Candidate, RoutingDecision
 from catalog.types import CircuitState
+from inference import render, settlement, stages
+from inference.call import Call
 from inference.http import ApiRequest, Response, StreamingResponse
 from inference.models import RequestLog, RequestStatus
-from inference.pipeline import Call
 from money.pricing import PriceSnapshot, Usage
 from vectors.models import Collection, FileStorage, StorageCharge
 
@@ -100,10 +101,10 @@ async def metered_call(
     Counts the call against the key's limits (429), holds ``hold_nanos`` (402 with nothing
     done), runs ``work``, then settles: ``hold_nanos`` when ``charge``, else nothing. Any
     failure in ``work`` settles with nothing charged and re-raises. The returned call is
-    finished (render with ``call.infrai()`` / ``call.headers()``).
+    finished (render with ``render.infrai(call)`` / ``render.headers(call)``).
     """
-    call = Call(request=request, endpoint=endpoint, requested_model=MODEL)
-    await call.limit(tokens=0)
+    call = Call.open(request, endpoint=endpoint, requested_model=MODEL)
+    await stages.admit(call, tokens=0)
     platform = _platform(hold_nanos)
     call.decision = RoutingDecision(
         mode="pinned",
@@ -112,12 +113,12 @@ async def metered_call(
         why="the platform's vector store",
         candidates=(platform,),
     )
-    await call.hold(worst_case=lambda _c: Usage(images={_FEE: 1}))
-    async with call.closed_on_failure():
+    await stages.hold(call, lambda _c: Usage(images={_FEE: 1}))
+    async with stages.closed_on_failure(call):
         result = await work()
     call.served_by = platform
     call.charge(Usage(images={_FEE: 1}) if charge else Usage())
-    await call.finish(status=RequestStatus.OK, http_status=200)
+    await settlement.finish(call, status=RequestStatus.OK, http_status=200)
     return call, result
 
 
@@ -140,7 +141,7 @@ def free_call(endpoint: str) -> Callable[[Handler], Handler]:
                 charge=False,
                 work=lambda: handler(request),
             )
-            response.headers = {**call.headers(), **response.headers}
+            response.headers = {**render.headers(call), **response.headers}
             return response
 
         return run

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from config.errors import InvalidRequest, invalid_type, missing_param
-from inference import multipart
+from inference import multipart, render
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
 from infra.db import db_async
@@ -181,7 +181,7 @@ async def files_create(request: ApiRequest) -> Response:
             content=upload.content,
         ),
     )
-    return json_response(file_json(stored), headers=call.headers())
+    return json_response(file_json(stored), headers=render.headers(call))
 
 
 @metering.free_call("files")
@@ -474,23 +474,26 @@ async def store_search(request: ApiRequest) -> Response:
     return json_response(out, headers=headers)
 
 
-def register() -> None:
-    """Add the routes (called once by :mod:`vectors.api`)."""
-    upload = "INFRAI_MAX_UPLOAD_BYTES"
-    route("/v1/files", methods={"POST": files_create, "GET": files_list}, body_limit_setting=upload)
-    route("/v1/files/{file_id}", methods={"GET": file_get, "DELETE": file_delete})
-    route("/v1/files/{file_id}/content", methods={"GET": file_content})
-    route("/v1/vector_stores", methods={"POST": stores_create, "GET": stores_list})
+_UPLOAD = "INFRAI_MAX_UPLOAD_BYTES"
+# The routes of the OpenAI-shaped surface, for the app's table (through vectors.api.ROUTES).
+ROUTES = (
+    route(
+        "/v1/files", methods={"POST": files_create, "GET": files_list}, body_limit_setting=_UPLOAD
+    ),
+    route("/v1/files/{file_id}", methods={"GET": file_get, "DELETE": file_delete}),
+    route("/v1/files/{file_id}/content", methods={"GET": file_content}),
+    route("/v1/vector_stores", methods={"POST": stores_create, "GET": stores_list}),
     route(
         "/v1/vector_stores/{vector_store_id}",
         methods={"GET": store_get, "POST": store_update, "DELETE": store_delete},
-    )
+    ),
     route(
         "/v1/vector_stores/{vector_store_id}/files",
         methods={"POST": store_files_create, "GET": store_files_list},
-    )
+    ),
     route(
         "/v1/vector_stores/{vector_store_id}/files/{file_id}",
         methods={"GET": store_file_get, "DELETE": store_file_delete},
-    )
-    route("/v1/vector_stores/{vector_store_id}/search", methods={"POST": store_search})
+    ),
+    route("/v1/vector_stores/{vector_store_id}/search", methods={"POST": store_search}),
+)

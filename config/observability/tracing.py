@@ -134,7 +134,8 @@ def _operation(endpoint: str) -> str:
 
 
 def vendor_call(fn: F) -> F:
-    """Decorates ``Call.call``: a client span following the GenAI semantic conventions.
+    """Decorates :func:`inference.stages.call_vendor`: a client span following the GenAI
+    semantic conventions.
 
     It is ended by :func:`call_finished` once usage is known: at the time the vendor answered
     for a complete answer, at the end of the stream for a stream.
@@ -145,13 +146,13 @@ def vendor_call(fn: F) -> F:
         tracer = _tracer
         if tracer is None:
             return await fn(call, *args, **kwargs)
-        operation = _operation(call.endpoint)
+        operation = _operation(call.ctx.endpoint)
         span = tracer.start_span(
-            f"{operation} {call.requested_model}",
+            f"{operation} {call.ctx.requested_model}",
             kind=SpanKind.CLIENT,
             attributes={
                 "gen_ai.operation.name": operation,
-                "gen_ai.request.model": call.requested_model,
+                "gen_ai.request.model": call.ctx.requested_model,
                 "infrai.stream": call.stream,
             },
         )

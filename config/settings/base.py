@@ -237,7 +237,7 @@ INFRAI_ASYNC_DB_POOL_SIZE = env.int("INFRAI_ASYNC_DB_POOL_SIZE", default=8)
 INFRAI_SETTLE_RETRY_S = env.float("INFRAI_SETTLE_RETRY_S", default=2.0)
 INFRAI_JOURNAL_DIR = Path(env("INFRAI_JOURNAL_DIR", default=str(DATA_DIR / "journal")))
 # How often a stream's hold records what it has delivered (its checkpoint): what a process
-# killed mid-stream is still billed for (inference.pipeline.renew_due).
+# killed mid-stream is still billed for (inference.settlement.renew_due).
 INFRAI_CHECKPOINT_S = env.float("INFRAI_CHECKPOINT_S", default=5.0)
 
 # --- catalog and routing ----------------------------------------------------------------------

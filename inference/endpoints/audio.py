@@ -46,12 +46,12 @@ from config.errors import (
     invalid_type,
     missing_param,
 )
-from inference import multipart, relay, response_cache
+from inference import multipart, relay, render, response_cache, settlement, stages
+from inference.call import Call
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
 from inference.models import RequestStatus
 from inference.multipart import Upload
-from inference.pipeline import Call
 from inference.usage import Billed
 from inference.validation import number
 from inference.vendors.base import JSON
@@ -146,9 +146,9 @@ async def speech(request: ApiRequest) -> Response | StreamingResponse:
         worst_case=lambda _candidate: usage,
     )
     call.prompt = lambda: str(parsed.payload["input"])
-    async with call.closed_on_failure():
-        content_type, audio = await call.call(
-            lambda adapter, target, _c: adapter.speech_stream(target, parsed.payload)
+    async with stages.closed_on_failure(call):
+        content_type, audio = await stages.call_vendor(
+            call, lambda adapter, target, _c: adapter.speech_stream(target, parsed.payload)
         )
     # Speech is priced by the input's characters, known now: the headers carry the cost.
     call.charge(usage)
@@ -158,11 +158,11 @@ async def speech(request: ApiRequest) -> Response | StreamingResponse:
 
     async def on_close() -> None:  # the response ended before the relay started
         await audio.aclose()
-        await call.finish(status=RequestStatus.CANCELLED, http_status=499)
+        await settlement.finish(call, status=RequestStatus.CANCELLED, http_status=499)
 
     return StreamingResponse(
         relay.relay(call, audio, meter, audio.aclose),
-        headers=call.headers(),
+        headers=render.headers(call),
         content_type=content_type.encode(),
         on_close=on_close,
     )
@@ -172,11 +172,11 @@ async def _speech_from_cache(
     request: ApiRequest, parsed: SpeechRequest, hit: dict[str, Any]
 ) -> Response:
     """Audio of an identical earlier request: costs nothing, logged like any call."""
-    call = Call(request=request, endpoint=SPEECH_ENDPOINT, requested_model=parsed.routing.model)
-    await call.limit(tokens=parsed.characters // 4)
-    await call.finish_cached(hit, Usage(characters=parsed.characters))
+    call = Call.open(request, endpoint=SPEECH_ENDPOINT, requested_model=parsed.routing.model)
+    await stages.admit(call, tokens=parsed.characters // 4)
+    await stages.finish_cached(call, hit, Usage(characters=parsed.characters))
     audio = base64.b64decode(hit["audio_b64"])
-    return Response(audio, headers=call.headers(), content_type=hit["content_type"].encode())
+    return Response(audio, headers=render.headers(call), content_type=hit["content_type"].encode())
 
 
 # Audio longer than this is relayed but not cached (the cache is Redis memory).
@@ -222,7 +222,7 @@ class SpeechMeter:
             entry = {
                 "audio_b64": base64.b64encode(b"".join(self._kept)).decode(),
                 "content_type": self._content_type,
-                **call.served(),
+                **call.answer.entry(),
             }
             spawn(response_cache.store(self._cache_key, entry))
         return ()
@@ -435,8 +435,8 @@ async def parse_transcription_request(request: ApiRequest) -> TranscriptionReque
 async def _before_transcription_body(request: ApiRequest) -> None:
     """Before a byte of the upload is read: count the call against the key's limits (429) and
     refuse a wallet with nothing available (402), so neither costs a parse or a decode."""
-    call = Call(request=request, endpoint=TRANSCRIPTION_ENDPOINT, requested_model="auto")
-    await call.limit(tokens=0)
+    call = Call.open(request, endpoint=TRANSCRIPTION_ENDPOINT, requested_model="auto")
+    await stages.admit(call, tokens=0)
     summary = await _wallet_summary(organization_id=request.caller.organization_id)
     if summary.available_nanos <= 0:
         raise InsufficientQuota(
@@ -457,13 +457,14 @@ async def transcriptions(request: ApiRequest) -> Response:
     parsed = await parse_transcription_request(request)
     # The probed duration is both the hold and the charge.
     worst = Usage(audio_ms=parsed.duration_ms)
-    call.requested_model = parsed.routing.model
+    call.ctx = dataclasses.replace(call.ctx, requested_model=parsed.routing.model)
     key = _transcription_key(request, parsed)
     hit = None if key is None else await response_cache.lookup(key)
     if key is not None and hit is not None:
-        await call.finish_cached(hit, Usage(**hit["usage"]))
+        await stages.finish_cached(call, hit, Usage(**hit["usage"]))
         return _transcription_response(call, parsed, hit["answer"])
-    await call.route(
+    await stages.route(
+        call,
         RoutingRequest(
             model=parsed.routing.model,
             capabilities=frozenset({"transcription"}),
@@ -471,18 +472,18 @@ async def transcriptions(request: ApiRequest) -> Response:
             task=parsed.routing.task,
             prefer=parsed.routing.prefer,
             expected_usage=worst,
-        )
+        ),
     )
-    await call.hold(worst_case=lambda _candidate: worst)
+    await stages.hold(call, lambda _candidate: worst)
     file = (parsed.upload.filename, parsed.upload.content, parsed.upload.content_type)
     fields = parsed.fields
-    answer = await metered.call_and_settle(
+    answer = await stages.call_and_settle(
         call,
         lambda adapter, target, _c: adapter.transcribe(target, fields, file),
         lambda _result: Billed(worst),
     )
     if key is not None:
-        entry = {"answer": answer, "usage": dataclasses.asdict(call.usage), **call.served()}
+        entry = {"answer": answer, "usage": dataclasses.asdict(call.usage), **call.answer.entry()}
         spawn(response_cache.store(key, entry))
     return _transcription_response(call, parsed, answer)
 
@@ -506,15 +507,20 @@ def _transcription_key(request: ApiRequest, parsed: TranscriptionRequest) -> str
 
 def _transcription_response(call: Call, parsed: TranscriptionRequest, answer: Any) -> Response:
     if isinstance(answer, dict):
-        return json_response({**answer, "infrai": call.infrai()}, headers=call.headers())
+        return json_response(
+            {**answer, "infrai": render.infrai(call)}, headers=render.headers(call)
+        )
     content_type = _TEXT_CONTENT_TYPES.get(parsed.response_format, b"text/plain; charset=utf-8")
-    return Response(str(answer).encode(), headers=call.headers(), content_type=content_type)
+    return Response(str(answer).encode(), headers=render.headers(call), content_type=content_type)
 
 
-route("/v1/audio/speech", methods={"POST": speech}, confirms_key=True)
-route(
-    "/v1/audio/transcriptions",
-    methods={"POST": transcriptions},
-    body_limit_setting="INFRAI_MAX_UPLOAD_BYTES",
-    before_body=_before_transcription_body,
+# The routes of this module, for the app's table (config.asgi).
+ROUTES = (
+    route("/v1/audio/speech", methods={"POST": speech}, confirms_key=True),
+    route(
+        "/v1/audio/transcriptions",
+        methods={"POST": transcriptions},
+        body_limit_setting="INFRAI_MAX_UPLOAD_BYTES",
+        before_body=_before_transcription_body,
+    ),
 )

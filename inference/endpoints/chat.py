@@ -26,12 +26,13 @@ from billing.errors import FundsLimit, InsufficientFunds
 from catalog.routing import Candidate, RoutingRequest
 from config.background import spawn
 from config.errors import InsufficientQuota, UpstreamError
-from inference import relay, response_cache, tokens
+from inference import relay, render, response_cache, settlement, stages, tokens
+from inference.call import Call
 from inference.chat.validation import ChatRequest, parse_chat_request, to_legacy_function_call
 from inference.errors import insufficient_quota
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
 from inference.models import RequestStatus
-from inference.pipeline import Call
+from inference.stages import Leg
 from inference.usage import (
     INVALID_USAGE_NOTE,
     OUTPUT_CAP_NOTE,
@@ -47,7 +48,7 @@ from inference.usage import (
     stream_cut_tokens,
 )
 from inference.vendors import sse
-from inference.vendors.base import JSON
+from inference.vendors.base import JSON, Adapter, VendorTarget
 from inference.vendors.errors import VendorUnavailable
 from money.pricing import Usage, cost_nanos
 
@@ -113,13 +114,15 @@ def relayed(
     )
 
 
-def vendor_payload(chat: ChatRequest, payload: JSON, candidate: Candidate) -> JSON:
-    """``payload`` as ``candidate`` is sent it: with its model's default output limit as
-    ``max_tokens`` when the caller set no cap and the catalog has one (the hold and the relay's
-    cut follow the same figure, :func:`output_cap`)."""
-    if chat.max_output_tokens is not None or not candidate.default_output_tokens:
-        return payload
-    return {**payload, "max_tokens": output_cap(chat, candidate)}
+def vendor_payload(chat: ChatRequest, candidate: Candidate) -> JSON:
+    """The chat body as ``candidate`` is sent it (a copy: adapters may add to it): with its
+    model's default output limit as ``max_tokens`` when the caller set no cap and the catalog
+    has one (the hold and the relay's cut follow the same figure, :func:`output_cap`); a null
+    ``max_tokens`` is not sent."""
+    payload = {k: v for k, v in chat.payload.items() if k != "max_tokens" or v is not None}
+    if chat.max_output_tokens is None and candidate.default_output_tokens:
+        payload["max_tokens"] = output_cap(chat, candidate)
+    return payload
 
 
 def output_cap(chat: ChatRequest, candidate: Candidate | None = None) -> int:
@@ -164,52 +167,61 @@ def worst_case(chat: ChatRequest, candidate: Candidate) -> Usage:
 
 
 async def chat_completions(request: ApiRequest) -> Response | StreamingResponse:
-    """The endpoint. See the module docstring."""
-    chat = parse_chat_request(request.json())
-    call = Call(request=request, endpoint=ENDPOINT, requested_model=chat.model, stream=chat.stream)
+    """The endpoint, stage by stage (:mod:`inference.stages`). See the module docstring."""
+    chat = parse_chat_request(request.json())  # 2. parse and validate
+    call = Call.open(request, endpoint=ENDPOINT, requested_model=chat.model, stream=chat.stream)
     call.prompt = lambda: str(chat.payload["messages"])
-    payload = dict(chat.payload)
-    # Routing first: a request no model can take (limits, capabilities) is a 400, never a 429.
+    # 3–4. Routing first: a request no model can take (limits, capabilities) is a 400, never
+    # a 429.
     await route_and_limit(call, chat)
     key, hit = await cached_answer(call, chat)
     if hit is not None:
         return await _answer_from_cache(call, chat, hit)
     if chat.stream:
-        await _hold(call, chat)
-        async with call.closed_on_failure():
-            return await _open_stream(call, chat, payload, key)
+        await _hold(call, chat)  # 5.
+        async with stages.closed_on_failure(call):
+            return await _open_stream(call, chat, key)  # 6–8 in the relay
     leader = None if key is None else response_cache.lead(key)  # identical requests wait
     try:
-        await _hold(call, chat)
-        body = await call.call_and_settle(
-            lambda adapter, target, candidate: adapter.chat(
-                target, vendor_payload(chat, payload, candidate)
-            ),
-            lambda answer: completion_usage(call, chat, answer),
-        )
-        body["id"] = _completion_id(call)
-        body["object"] = "chat.completion"
-        body["model"] = call.served()["model"]
-        body["usage"] = openai_chat_usage(call.usage)
-        if chat.legacy_functions:
-            to_legacy_function_call(body)
+        await _hold(call, chat)  # 5.
+        answer = await stages.settle_leg(call, CHAT_LEG, chat)  # 6–7.
+        body = completion_body(call, chat, answer)  # 8.
         if key is not None and leader is not None and not call.usage_estimated:
-            entry = {"body": dict(body), **call.served()}
+            entry = {"body": dict(body), **call.answer.entry()}
             leader.done(entry)
             spawn(leader.store(entry))
     finally:
         if leader is not None:
             leader.close()
-    body["infrai"] = call.infrai()
-    return json_response(body, headers=call.headers())
+    body["infrai"] = render.infrai(call)
+    return json_response(body, headers=render.headers(call))
+
+
+def completion_body(call: Call, chat: ChatRequest, answer: JSON) -> JSON:
+    """The vendor's ``answer`` as the client's chat completion (our id, model and usage; the
+    legacy ``function_call`` shape where the caller used ``functions``) — without ``infrai``."""
+    answer["id"] = _completion_id(call)
+    answer["object"] = "chat.completion"
+    answer["model"] = call.answer.model
+    answer["usage"] = openai_chat_usage(call.usage)
+    if chat.legacy_functions:
+        to_legacy_function_call(answer)
+    return answer
+
+
+async def send_chat(
+    adapter: Adapter, target: VendorTarget, candidate: Candidate, chat: ChatRequest
+) -> JSON:
+    """One candidate's whole chat answer."""
+    return await adapter.chat(target, vendor_payload(chat, candidate))
 
 
 async def route_and_limit(call: Call, chat: ChatRequest) -> None:
     """Route (limits and capabilities refuse with a 400 here), then count the call against
     the key's rate limits with the routed models' output caps."""
-    decision = await call.route(routing_request(chat))
+    decision = await stages.route(call, routing_request(chat))
     cap = max(output_cap(chat, c) for c in decision.candidates) if decision.candidates else 0
-    await call.limit(tokens=chat.prompt_tokens_likely + cap * chat.n)
+    await stages.admit(call, tokens=chat.prompt_tokens_likely + cap * chat.n)
 
 
 async def cached_answer(call: Call, chat: ChatRequest) -> tuple[str | None, JSON | None]:
@@ -220,7 +232,7 @@ async def cached_answer(call: Call, chat: ChatRequest) -> tuple[str | None, JSON
         return None, None
     key = response_cache.cache_key(
         organization_id=call.key.organization_id,
-        endpoint=call.endpoint,
+        endpoint=call.ctx.endpoint,
         payload=chat.payload,
         extra=[chat.task, chat.prefer],
     )
@@ -231,7 +243,7 @@ async def _hold(call: Call, chat: ChatRequest) -> None:
     """Hold the worst case of the routed candidates (a 402 says which ``max_tokens`` fits)."""
     assert call.decision is not None
     try:
-        await call.hold(worst_case=lambda candidate: worst_case(chat, candidate))
+        await stages.hold(call, lambda candidate: CHAT_LEG.worst_case(chat, candidate))
     except InsufficientFunds as exc:
         raise with_max_tokens_hint(exc, chat, call.decision.candidates) from None
 
@@ -283,13 +295,15 @@ async def _answer_from_cache(
     """A cached answer: costs nothing, logged like any call, streamed if asked."""
     body = dict(hit["body"])
     body["id"] = _completion_id(call)
-    await call.finish_cached(hit, usage_from(body) or Usage())
+    await stages.finish_cached(call, hit, usage_from(body) or Usage())
     if chat.legacy_functions:
         to_legacy_function_call(body)
     if not chat.stream:
-        body["infrai"] = call.infrai()
-        return json_response(body, headers=call.headers())
-    return StreamingResponse(_replay(call, chat, body), headers=stream_headers(call, final=True))
+        body["infrai"] = render.infrai(call)
+        return json_response(body, headers=render.headers(call))
+    return StreamingResponse(
+        _replay(call, chat, body), headers=render.stream_headers(call, final=True)
+    )
 
 
 def completion_chunks(body: JSON) -> list[JSON]:
@@ -322,24 +336,19 @@ async def _replay(call: Call, chat: ChatRequest, body: JSON) -> AsyncIterator[by
     """A cached completion as the chunks a live stream would have sent (same shape)."""
     chunks = completion_chunks(body)
     if chunks:
-        chunks[-1]["infrai"] = call.infrai()
+        chunks[-1]["infrai"] = render.infrai(call)
     for chunk in chunks:
         yield sse.encode(chunk)
     if chat.include_usage:
         base = {k: chunks[0][k] for k in ("id", "object", "created", "model")} if chunks else {}
         yield sse.encode(
-            {**base, "choices": [], "usage": body.get("usage"), "infrai": call.infrai()}
+            {**base, "choices": [], "usage": body.get("usage"), "infrai": render.infrai(call)}
         )
     yield sse.DONE
 
 
-def stream_headers(call: Call, *, final: bool) -> dict[str, str]:
-    """The headers of an event stream: the call's, and no caching or proxy buffering."""
-    return {**call.headers(final=final), "cache-control": "no-cache", "x-accel-buffering": "no"}
-
-
 async def open_upstream_stream(
-    call: Call, chat: ChatRequest, payload: JSON
+    call: Call, chat: ChatRequest
 ) -> tuple[AsyncGenerator[JSON, None], JSON]:
     """Fail over until a vendor produces its first chunk; returns its stream and that chunk.
 
@@ -350,7 +359,7 @@ async def open_upstream_stream(
     async def first_chunk(
         adapter: Any, target: Any, candidate: Candidate
     ) -> tuple[AsyncGenerator[JSON, None], JSON]:
-        upstream = adapter.stream_chat(target, vendor_payload(chat, payload, candidate))
+        upstream = adapter.stream_chat(target, vendor_payload(chat, candidate))
         try:
             first = await upstream.__anext__()
         except StopAsyncIteration:
@@ -360,7 +369,7 @@ async def open_upstream_stream(
             raise
         return upstream, first
 
-    return await call.call(first_chunk)
+    return await stages.call_vendor(call, first_chunk)
 
 
 class CountingMeter:
@@ -405,7 +414,7 @@ class ChatMeter(CountingMeter):
             "id": _completion_id(call),
             "object": "chat.completion.chunk",
             "created": int(time.time()),
-            "model": call.served()["model"],
+            "model": call.answer.model,
         }
         self.finished_choices: set[int] = set()
         self.pending: JSON | None = None  # the latest chunk with a finish_reason, held back
@@ -503,12 +512,12 @@ class ChatMeter(CountingMeter):
             ],
             "usage": openai_chat_usage(call.usage),
         }
-        spawn(response_cache.store(self.cache_key, {"body": body, **call.served()}))
+        spawn(response_cache.store(self.cache_key, {"body": body, **call.answer.entry()}))
 
     def tail(self, call: Call, fault: relay.Fault | None) -> Iterable[bytes]:
         if fault is None:
             self._store(call)
-        infrai = call.infrai()
+        infrai = render.infrai(call)
         out: list[bytes] = []
         if self.cut:
             out.extend(self._length_chunks())
@@ -531,11 +540,9 @@ class ChatMeter(CountingMeter):
         return out
 
 
-async def _open_stream(
-    call: Call, chat: ChatRequest, payload: JSON, cache_key: str | None
-) -> StreamingResponse:
+async def _open_stream(call: Call, chat: ChatRequest, cache_key: str | None) -> StreamingResponse:
     """Open the upstream stream, then hand the relay to the consumer."""
-    upstream, first = await open_upstream_stream(call, chat, payload)
+    upstream, first = await open_upstream_stream(call, chat)
     call.ttft_ms = (time.perf_counter_ns() - call.request.started_ns) // 1_000_000
     meter = ChatMeter(call, chat, cache_key)
     chunks = relay.relay(call, relay.prepend(first, upstream), meter, upstream.aclose)
@@ -544,9 +551,15 @@ async def _open_stream(
         await upstream.aclose()
         if not call.finished:
             call.charge(meter.usage(relay.Outcome.CANCELLED)[0], estimated=True)
-            await call.finish(status=RequestStatus.CANCELLED, http_status=499)
+            await settlement.finish(call, status=RequestStatus.CANCELLED, http_status=499)
 
-    return StreamingResponse(chunks, headers=stream_headers(call, final=False), on_close=on_close)
+    return StreamingResponse(
+        chunks, headers=render.stream_headers(call, final=False), on_close=on_close
+    )
 
 
-route("/v1/chat/completions", methods={"POST": chat_completions}, confirms_key=True)
+# The vendor leg of a whole chat-shaped answer, declared once (chat completions, Responses).
+CHAT_LEG: Leg[ChatRequest, JSON] = Leg(worst_case=worst_case, send=send_chat, bill=completion_usage)
+
+# The routes of this module, for the app's table (config.asgi).
+ROUTES = (route("/v1/chat/completions", methods={"POST": chat_completions}, confirms_key=True),)

@@ -22,7 +22,7 @@ from typing import Any
 
 from catalog.routing import Candidate
 from config.errors import InvalidRequest, UpstreamError, invalid_type, missing_param
-from inference import tokens
+from inference import render, tokens
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
 from inference.usage import Billed
@@ -173,7 +173,7 @@ def check_answer(body: Any) -> None:
         raise UpstreamError("The vendor answered something that is not an embeddings list.")
 
 
-def render(body: JSON, request: EmbeddingRequest, model: str, usage: Usage) -> JSON:
+def embedding_list(body: JSON, request: EmbeddingRequest, model: str, usage: Usage) -> JSON:
     """OpenAI's embeddings list for a checked vendor ``body`` (format, model, usage ours)."""
     items = sorted(body["data"], key=lambda d: int(d.get("index", 0)))
     return {
@@ -221,9 +221,10 @@ async def embeddings(request: ApiRequest) -> Response:
         usage_of=lambda answer: usage_of(parsed, answer),
         params={"dimensions": parsed.dimensions} if parsed.dimensions is not None else None,
     )
-    out = render(body, parsed, call.served()["model"], call.usage)
-    out["infrai"] = call.infrai()
-    return json_response(out, headers=call.headers())
+    out = embedding_list(body, parsed, call.answer.model, call.usage)
+    out["infrai"] = render.infrai(call)
+    return json_response(out, headers=render.headers(call))
 
 
-route("/v1/embeddings", methods={"POST": embeddings}, confirms_key=True)
+# The routes of this module, for the app's table (config.asgi).
+ROUTES = (route("/v1/embeddings", methods={"POST": embeddings}, confirms_key=True),)

@@ -26,6 +26,7 @@ from django.conf import settings
 from django.core import signing
 
 from config.errors import NotFound
+from inference import render, stages
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
 from inference.usage import Billed
@@ -204,14 +205,17 @@ async def generations(request: ApiRequest) -> Response:
         worst_case=lambda _candidate: worst,
     )
     call.prompt = lambda: str(parsed.payload["prompt"])
-    images = await metered.call_and_settle(
+    images = await stages.call_and_settle(
         call,
         lambda adapter, target, _c: generate(adapter, target, parsed),
         lambda answer: usage_of(parsed, answer),
     )
-    out: JSON = {"created": int(time.time()), "data": images, "infrai": call.infrai()}
-    return json_response(out, headers=call.headers())
+    out: JSON = {"created": int(time.time()), "data": images, "infrai": render.infrai(call)}
+    return json_response(out, headers=render.headers(call))
 
 
-route("/v1/images/generations", methods={"POST": generations}, confirms_key=True)
-route("/v1/files/images/{token}", methods={"GET": image_file}, authenticated=False)
+# The routes of this module, for the app's table (config.asgi).
+ROUTES = (
+    route("/v1/images/generations", methods={"POST": generations}, confirms_key=True),
+    route("/v1/files/images/{token}", methods={"GET": image_file}, authenticated=False),
+)

@@ -2,10 +2,10 @@
 
 An endpoint validates its body first (400 before anything is counted, held or sent), then
 :func:`open_call` counts it against the key's limits, routes it by the endpoint's capability
-and holds the worst case; :func:`call_and_settle` calls the vendors with failover and settles
-the hold exactly once on every exit path (vendor error, cancellation, success). After it returns
-the call is finished: the caller only renders the answer with ``call.infrai()`` and
-``call.headers()``.
+and holds the worst case; :func:`inference.stages.call_and_settle` calls the vendors with
+failover and settles the hold exactly once on every exit path (vendor error, cancellation,
+success). After it returns the call is finished: the caller only renders the answer with
+``render.infrai(call)`` and ``render.headers(call)``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 from catalog.routing import Candidate, RoutingRequest
 from config.background import spawn
 from config.errors import InvalidRequest, invalid_type, missing_param
-from inference import response_cache
+from inference import response_cache, stages
+from inference.call import Call
 from inference.http import ApiRequest
-from inference.pipeline import Call
 from inference.usage import Billed
 from inference.validation import EXTENSIONS, check_routing_fields, invalid_choice
 from inference.vendors.base import JSON, Adapter, VendorTarget
@@ -107,10 +107,12 @@ async def open_call(
     ``unsupported_capability`` naming both; a parameter no available model accepts is a 400
     naming it), 429 (limits) and 402 (hold) — in each case nothing is held. Routing comes first
     so a request no model can serve is a 400 before it counts against the key's limits.
-    The caller must pass the returned call to :func:`call_and_settle`, which settles it.
+    The caller must pass the returned call to :func:`inference.stages.call_and_settle`, which
+    settles it.
     """
-    call = Call(request=request, endpoint=endpoint, requested_model=routing.model)
-    await call.route(
+    call = Call.open(request, endpoint=endpoint, requested_model=routing.model)
+    await stages.route(
+        call,
         RoutingRequest(
             model=routing.model,
             capabilities=frozenset({capability}),
@@ -118,10 +120,10 @@ async def open_call(
             task=routing.task,
             prefer=routing.prefer,
             expected_usage=expected,
-        )
+        ),
     )
-    await call.limit(tokens=limit_tokens)
-    await call.hold(worst_case=worst_case)
+    await stages.admit(call, tokens=limit_tokens)
+    await stages.hold(call, worst_case)
     return call
 
 
@@ -147,8 +149,9 @@ async def call_cached(
     limits, costs nothing and is logged; the body is the one the vendor gave the first caller.
     A miss opens the call (:func:`open_call`: routed by ``capability`` and ``params``, limited
     by ``likely_tokens``, ``worst_tokens`` of input held), logs ``texts`` as its prompt, calls
-    the vendors (``fn``) and settles (:func:`call_and_settle` with ``usage_of``), and caches
-    the body with the usage it was billed for (a hit logs that usage, at no cost).
+    the vendors (``fn``) and settles (:func:`inference.stages.call_and_settle` with
+    ``usage_of``), and caches the body with the usage it was billed for (a hit logs that
+    usage, at no cost).
     """
     key = response_cache.cache_key(
         organization_id=request.caller.organization_id,
@@ -158,9 +161,9 @@ async def call_cached(
     )
     hit = await response_cache.find(key)
     if hit is not None:
-        call = Call(request=request, endpoint=endpoint, requested_model=routing.model)
-        await call.limit(tokens=likely_tokens)
-        await call.finish_cached(hit, Usage(**hit["usage"]))
+        call = Call.open(request, endpoint=endpoint, requested_model=routing.model)
+        await stages.admit(call, tokens=likely_tokens)
+        await stages.finish_cached(call, hit, Usage(**hit["usage"]))
         return call, dict(hit["body"])
     worst = Usage(input_tokens=worst_tokens)
     leader = response_cache.lead(key)
@@ -176,22 +179,10 @@ async def call_cached(
             params=params,
         )
         call.prompt = lambda: "\n".join(texts)
-        body = await call_and_settle(call, fn, usage_of)
-        entry = {"body": body, "usage": dataclasses.asdict(call.usage), **call.served()}
+        body = await stages.call_and_settle(call, fn, usage_of)
+        entry = {"body": body, "usage": dataclasses.asdict(call.usage), **call.answer.entry()}
         leader.done(entry)
         spawn(leader.store(entry))
         return call, body
     finally:
         leader.close()
-
-
-async def call_and_settle(call: Call, fn: VendorCall[T], usage_of: Callable[[T], Billed]) -> T:
-    """Call the candidates with failover, bill ``usage_of(result)`` and finish the call.
-
-    ``usage_of`` says what to bill (:class:`~inference.usage.Billed`); it may raise an
-    :class:`ApiError` for an answer that cannot be billed or rendered. On every exit the hold
-    is settled exactly once: a vendor
-    error or a refused answer charges nothing and re-raises; a cancelled call (client gone)
-    charges nothing and is logged as 499; any other exception is logged as a 500.
-    """
-    return await call.call_and_settle(fn, usage_of)

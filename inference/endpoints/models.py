@@ -214,6 +214,9 @@ async def public_models(request: ApiRequest) -> Response:
     return json_response({"object": "list", "data": data})
 
 
-route("/v1/models", methods={"GET": list_models})
-route("/v1/models/{model:path}", methods={"GET": retrieve_model})
-route("/v1/ai/models", methods={"GET": public_models}, authenticated=False)
+# The routes of this module, for the app's table (config.asgi).
+ROUTES = (
+    route("/v1/models", methods={"GET": list_models}),
+    route("/v1/models/{model:path}", methods={"GET": retrieve_model}),
+    route("/v1/ai/models", methods={"GET": public_models}, authenticated=False),
+)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from config.errors import InvalidRequest, UpstreamError, invalid_type, missing_param
-from inference import tokens
+from inference import render, tokens
 from inference.endpoints import metered
 from inference.http import ApiRequest, Response, json_response, route
 from inference.usage import Billed
@@ -116,11 +116,12 @@ async def moderations(request: ApiRequest) -> Response:
     )
     out: JSON = {
         "id": body.get("id") or "modr-" + request.request_id.removeprefix("req_"),
-        "model": call.served()["model"],
+        "model": call.answer.model,
         "results": body["results"],
-        "infrai": call.infrai(),
+        "infrai": render.infrai(call),
     }
-    return json_response(out, headers=call.headers())
+    return json_response(out, headers=render.headers(call))
 
 
-route("/v1/moderations", methods={"POST": moderations}, confirms_key=True)
+# The routes of this module, for the app's table (config.asgi).
+ROUTES = (route("/v1/moderations", methods={"POST": moderations}, confirms_key=True),)

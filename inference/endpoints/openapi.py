@@ -69,4 +69,5 @@ async def openapi_document(request: ApiRequest) -> Response:
     return Response(body, headers={"cache-control": "public, max-age=300"})
 
 
-route("/v1/openapi.json", methods={"GET": openapi_document}, authenticated=False)
+# The routes of this module, for the app's table (config.asgi).
+ROUTES = (route("/v1/openapi.json", methods={"GET": openapi_document}, authenticated=False),)

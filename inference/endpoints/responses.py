@@ -18,25 +18,22 @@ from typing import Any
 from catalog.errors import RoutingError
 from config.background import spawn
 from config.errors import ApiError
-from inference import relay, response_cache
+from inference import relay, render, response_cache, settlement, stages
+from inference.call import Call
 from inference.chat.validation import ChatRequest
 from inference.endpoints.chat import (
+    CHAT_LEG,
     CountingMeter,
     cached_answer,
     completion_chunks,
-    completion_usage,
     message_text,
     open_upstream_stream,
     output_limit,
     route_and_limit,
-    stream_headers,
     usage_from,
-    vendor_payload,
-    worst_case,
 )
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
 from inference.models import RequestStatus
-from inference.pipeline import Call
 from inference.responses.translate import (
     ResponsesRequest,
     StreamTranslator,
@@ -63,9 +60,8 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
     """The endpoint. See the module docstring."""
     parsed = parse_responses_request(request.json())
     chat = parsed.chat
-    call = Call(request=request, endpoint=ENDPOINT, requested_model=chat.model, stream=chat.stream)
+    call = Call.open(request, endpoint=ENDPOINT, requested_model=chat.model, stream=chat.stream)
     call.prompt = lambda: str(chat.payload["messages"])
-    payload = {k: v for k, v in chat.payload.items() if k != "max_tokens" or v is not None}
     try:  # routing first: a request no model can take is a 400 (param as Responses names it)
         await route_and_limit(call, chat)
     except (ApiError, RoutingError) as exc:
@@ -74,20 +70,15 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
     key, hit = await cached_answer(call, chat)
     if hit is not None:
         return await _answer_from_cache(call, parsed, hit)
-    await call.hold(worst_case=lambda candidate: worst_case(chat, candidate))
+    await stages.hold(call, lambda candidate: CHAT_LEG.worst_case(chat, candidate))
     if chat.stream:
-        return await _open_stream(call, parsed, payload)
+        return await _open_stream(call, parsed)
     leader = None if key is None else response_cache.lead(key)
     try:
-        body = await call.call_and_settle(
-            lambda adapter, target, candidate: adapter.chat(
-                target, vendor_payload(chat, payload, candidate)
-            ),
-            lambda answer: completion_usage(call, chat, answer),
-        )
+        body = await stages.settle_leg(call, CHAT_LEG, chat)
         if key is not None and leader is not None and not call.usage_estimated:
-            cached = {**body, "id": "cached", "model": call.served()["model"]}
-            entry = {"body": cached, **call.served()}
+            cached = {**body, "id": "cached", "model": call.answer.model}
+            entry = {"body": cached, **call.answer.entry()}
             leader.done(entry)
             spawn(leader.store(entry))
     finally:
@@ -102,14 +93,14 @@ def _render(call: Call, parsed: ResponsesRequest, body: JSON) -> Response:
     out = response_object(
         response_id=_response_id(call),
         created_at=int(time.time()),
-        model=call.served()["model"],
+        model=call.answer.model,
         echo=parsed.echo,
         output=output,
         usage=call.usage,
         finish_reason=finish_reason,
     )
-    out["infrai"] = call.infrai()
-    return json_response(out, headers=call.headers())
+    out["infrai"] = render.infrai(call)
+    return json_response(out, headers=render.headers(call))
 
 
 async def _answer_from_cache(
@@ -117,11 +108,11 @@ async def _answer_from_cache(
 ) -> Response | StreamingResponse:
     """A cached answer: costs nothing, logged like any call, streamed if asked."""
     body = dict(hit["body"])
-    await call.finish_cached(hit, usage_from(body) or Usage())
+    await stages.finish_cached(call, hit, usage_from(body) or Usage())
     if not parsed.chat.stream:
         return _render(call, parsed, body)
     translator = StreamTranslator(
-        response_id=_response_id(call), model=call.served()["model"], echo=parsed.echo
+        response_id=_response_id(call), model=call.answer.model, echo=parsed.echo
     )
 
     async def replay() -> AsyncIterator[bytes]:
@@ -130,20 +121,20 @@ async def _answer_from_cache(
         for chunk in completion_chunks(body):
             for event in translator.feed(chunk):
                 yield event
-        for event in translator.completed(call.usage, call.infrai()):
+        for event in translator.completed(call.usage, render.infrai(call)):
             yield event
 
-    return StreamingResponse(replay(), headers=stream_headers(call, final=True))
+    return StreamingResponse(replay(), headers=render.stream_headers(call, final=True))
 
 
-async def _open_stream(call: Call, parsed: ResponsesRequest, payload: JSON) -> StreamingResponse:
+async def _open_stream(call: Call, parsed: ResponsesRequest) -> StreamingResponse:
     """Fail over until a vendor produces its first chunk, then hand the relay to the consumer."""
 
-    async with call.closed_on_failure():
-        upstream, first = await open_upstream_stream(call, parsed.chat, payload)
+    async with stages.closed_on_failure(call):
+        upstream, first = await open_upstream_stream(call, parsed.chat)
     call.ttft_ms = (time.perf_counter_ns() - call.request.started_ns) // 1_000_000
     translator = StreamTranslator(
-        response_id=_response_id(call), model=call.served()["model"], echo=parsed.echo
+        response_id=_response_id(call), model=call.answer.model, echo=parsed.echo
     )
     meter = ResponsesMeter(call, parsed.chat, translator)
 
@@ -151,10 +142,12 @@ async def _open_stream(call: Call, parsed: ResponsesRequest, payload: JSON) -> S
         await upstream.aclose()
         if not call.finished:
             call.charge(meter.usage(relay.Outcome.CANCELLED)[0], estimated=True)
-            await call.finish(status=RequestStatus.CANCELLED, http_status=499)
+            await settlement.finish(call, status=RequestStatus.CANCELLED, http_status=499)
 
     chunks = relay.relay(call, relay.prepend(first, upstream), meter, upstream.aclose)
-    return StreamingResponse(chunks, headers=stream_headers(call, final=False), on_close=on_close)
+    return StreamingResponse(
+        chunks, headers=render.stream_headers(call, final=False), on_close=on_close
+    )
 
 
 class ResponsesMeter(CountingMeter):
@@ -198,8 +191,9 @@ class ResponsesMeter(CountingMeter):
 
     def tail(self, call: Call, fault: relay.Fault | None) -> Iterable[bytes]:
         if fault is None:
-            return self.translator.completed(call.usage, call.infrai())
-        return self.translator.failed(call.usage, call.infrai(), fault.message)
+            return self.translator.completed(call.usage, render.infrai(call))
+        return self.translator.failed(call.usage, render.infrai(call), fault.message)
 
 
-route("/v1/responses", methods={"POST": responses}, confirms_key=True)
+# The routes of this module, for the app's table (config.asgi).
+ROUTES = (route("/v1/responses", methods={"POST": responses}, confirms_key=True),)

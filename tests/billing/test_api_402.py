@@ -14,7 +14,7 @@ import pytest
 
 from accounts.models import ApiKey, Project
 from billing.services import ahold_open, asettle
-from inference import http
+from config.asgi import inference_app
 from inference.http import ApiRequest, Response, json_response, route
 from infra import adb
 
@@ -44,8 +44,9 @@ async def _hold_route(request: ApiRequest) -> Response:
 @pytest.fixture(autouse=True)
 def hold_route(monkeypatch: pytest.MonkeyPatch) -> None:
     """The test route, on a copy of the route table that monkeypatch restores after the test."""
-    monkeypatch.setattr(http, "_routes", list(http._routes))
-    route(PATH, methods={"POST": _hold_route})
+    monkeypatch.setattr(
+        inference_app, "routes", (route(PATH, methods={"POST": _hold_route}), *inference_app.routes)
+    )
     SEEN.clear()
 
 

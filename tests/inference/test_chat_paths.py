@@ -287,7 +287,8 @@ def test_a_vendor_refusing_the_request_itself_is_a_400_without_failover(
 
 def test_a_stopping_process_bills_the_streams_it_is_relaying(api_base, issue_key, fake_catalog):
     """Daphne drops open streams on SIGTERM without their cleanup; the exit hook bills them."""
-    from inference.pipeline import settle_inflight_now
+    from inference.settlement import settle_now
+    from tests.live import floor_of
 
     with _slow_stream(api_base, issue_key(), fake_catalog["primary"]) as r:
         request_id = r.headers["x-infrai-request-id"]
@@ -296,9 +297,11 @@ def test_a_stopping_process_bills_the_streams_it_is_relaying(api_base, issue_key
             line for line, _ in zip(lines, range(6), strict=False) if line.startswith("data: ")
         ]
         assert received
-        assert settle_inflight_now() == 1  # what the atexit hook does when the process stops
+        assert (
+            settle_now(floor_of(api_base)) == 1
+        )  # what the atexit hook does when the process stops
     log = RequestLog.objects.get(request_id=request_id)
     assert log.error_code == "server_shutdown" and log.output_tokens > 0 and log.cost_nanos > 0
     assert LedgerEntry.objects.get(request_id=request_id).amount_nanos == -log.cost_nanos
     assert not Hold.objects.filter(status=HoldStatus.OPEN).exists()
-    assert settle_inflight_now() == 0
+    assert settle_now(floor_of(api_base)) == 0

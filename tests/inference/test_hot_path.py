@@ -21,7 +21,7 @@ from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Wallet
 from billing.services import hold_open
 from billing.services.holds import hold_expire
 from config import background
-from inference import pipeline
+from inference import settlement
 from inference.models import RequestLog, RequestStatus
 from infra import live, resp
 
@@ -144,9 +144,9 @@ def _held_row_copy(row: RequestLog) -> RequestLog:
 def _settle_on_loop(row: RequestLog, cost: int) -> None:
     async def run() -> None:
         try:
-            await pipeline._record_and_settle_on_loop(row, True, cost)
+            await settlement._record_and_settle_on_loop(row, True, cost)
         finally:
-            await pipeline.close_clients()
+            await settlement.close_clients()
 
     asyncio.run(run())
 
@@ -170,7 +170,7 @@ def test_a_row_the_database_refuses_is_settled_alone_with_a_minimal_row(
     """The row's INSERT fails inside the settlement's statement (a NUL the cleaning would have
     removed reaches the JSON column): that statement writes nothing, then the hold is settled
     alone and a minimal ``log_write_failed`` row written — charged once, logged once."""
-    monkeypatch.setattr(pipeline, "_clean_row", lambda row: None)
+    monkeypatch.setattr(settlement, "_clean_row", lambda row: None)
     key = issue_key(credit_usd="1")
     row = _held_call(key, "req_loop_refused", 10_000)
     _settle_on_loop(row, 700)
@@ -302,10 +302,10 @@ def test_a_settlement_on_the_loop_that_crosses_the_threshold_asks_for_a_recharge
 
     async def settle_and_wait() -> None:
         try:
-            await pipeline._record_and_settle_on_loop(row, True, 700)
+            await settlement._record_and_settle_on_loop(row, True, 700)
             await asyncio.gather(*background.pending(asyncio.get_running_loop()))
         finally:
-            await pipeline.close_clients()
+            await settlement.close_clients()
 
     asyncio.run(settle_and_wait())
     assert asked == [wallet.pk]

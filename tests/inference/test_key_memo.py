@@ -19,8 +19,8 @@ from accounts import auth, keys
 from accounts.models import ApiKey
 from accounts.services import api_key_cache_forget, api_key_limits_set, api_key_revoke
 from billing.models import Hold, LedgerEntry
+from config.asgi import inference_app
 from inference import limits
-from inference.http import _routes
 from inference.models import RequestLog
 
 pytestmark = pytest.mark.usefixtures("gateway_catalog")
@@ -43,7 +43,7 @@ METERED: dict[str, Callable[[openai.OpenAI], Any]] = {
 
 def test_every_route_that_confirms_in_its_limits_is_covered_here():
     importlib.import_module("inference.routes")  # registers every /v1 route
-    confirming = {r.pattern.pattern.strip("^$") for r in _routes if r.confirms_key}
+    confirming = {r.pattern.pattern.strip("^$") for r in inference_app.routes if r.confirms_key}
     assert confirming == set(METERED)
 
 

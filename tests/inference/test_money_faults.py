@@ -20,7 +20,8 @@ import pytest
 from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry
 from config import background
-from inference import pipeline, tokens
+from inference import settlement, stages, tokens
+from inference.call import Call
 from inference.chat.validation import parse_chat_request
 from inference.endpoints.chat import routing_request
 from inference.models import RequestLog, RequestStatus
@@ -221,11 +222,11 @@ def test_a_client_aborting_around_the_hold_leaves_nothing_open(
 
 
 # --- the hold itself, driven directly ----------------------------------------------------------
-def _call(key: str) -> pipeline.Call:
+def _call(key: str) -> Call:
     from accounts.auth import authenticate
     from inference.http import ApiRequest, new_request_id
 
-    async def build() -> pipeline.Call:
+    async def build() -> Call:
         ctx = await authenticate(f"Bearer {key}")
         request = ApiRequest(
             method="POST",
@@ -237,7 +238,7 @@ def _call(key: str) -> pipeline.Call:
             started_ns=time.perf_counter_ns(),
             key=ctx,
         )
-        return pipeline.Call(request=request, endpoint="chat.completions", requested_model="m")
+        return Call.open(request, endpoint="chat.completions", requested_model="m")
 
     return asyncio.run(build())
 
@@ -247,9 +248,9 @@ def test_a_cancellation_while_the_hold_opens_releases_it(issue_key, fake_catalog
     chat = parse_chat_request(dict(CHAT))
 
     async def scenario() -> None:
-        await call.route(routing_request(chat))
+        await stages.route(call, routing_request(chat))
         task = asyncio.ensure_future(
-            call.hold(worst_case=lambda _c: Usage(input_tokens=100, output_tokens=100))
+            stages.hold(call, lambda _c: Usage(input_tokens=100, output_tokens=100))
         )
         await asyncio.sleep(0)  # the opening has started in its own task
         task.cancel()
@@ -273,14 +274,14 @@ def test_a_relaying_process_renews_its_holds(issue_key, fake_catalog, settings):
     chat = parse_chat_request(dict(CHAT))
 
     async def scenario() -> int:
-        await call.route(routing_request(chat))
-        await call.hold(worst_case=lambda _c: Usage(input_tokens=10, output_tokens=10))
+        await stages.route(call, routing_request(chat))
+        await stages.hold(call, lambda _c: Usage(input_tokens=10, output_tokens=10))
         before = await _expires(call.request.request_id)
-        renewed = await pipeline.renew_due(now=time.monotonic() + 21)
+        renewed = await settlement.renew_due(call.floor, now=time.monotonic() + 21)
         after = await _expires(call.request.request_id)
         assert after > before
         call.charge(Usage(input_tokens=10, output_tokens=1))
-        await call.finish(status=RequestStatus.OK, http_status=200)
+        await settlement.finish(call, status=RequestStatus.OK, http_status=200)
         return renewed
 
     assert asyncio.run(scenario()) == 1

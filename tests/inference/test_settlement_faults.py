@@ -300,7 +300,7 @@ def test_the_journal_of_a_process_that_is_gone_is_adopted_and_replayed(
     host takes its lock, makes them (once, however often it runs) and deletes the file."""
     from accounts.auth import authenticate
     from billing.services import hold_open
-    from inference import pipeline
+    from inference import settlement
     from inference.tasks import replay_journals_task
 
     settings.INFRAI_JOURNAL_DIR = tmp_path
@@ -326,7 +326,7 @@ def test_the_journal_of_a_process_that_is_gone_is_adopted_and_replayed(
     folder = journal.directory()
     folder.mkdir(parents=True)
     # What a process wrote before it died: its file stays, its lock went with it.
-    (folder / "host_1_dead.jsonl").write_bytes(pipeline._intent(row, True, 700).line() + b"\n")
+    (folder / "host_1_dead.jsonl").write_bytes(settlement._intent(row, True, 700).line() + b"\n")
     assert audit_findings().findings[0].check == "journal"
 
     assert replay_journals_task() == 0
