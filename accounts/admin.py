@@ -24,7 +24,7 @@ from accounts.audit import (
 from accounts.models import ApiKey, Membership, Organization, Project, Role, User
 from accounts.policy import Actor
 from accounts.services import api_key_audit_change, api_key_cache_forget, api_key_revoke
-from config.admin_widgets import NamedWidgets
+from infra.admin_widgets import NamedWidgets
 
 
 def _staff(request: HttpRequest) -> Actor:

@@ -27,9 +27,8 @@ from django.utils import timezone
 from accounts import keys
 from accounts.models import ApiKey
 from accounts.services import KEY_CACHE_PREFIX
-from config import background, observability
 from config.errors import AuthenticationFailed
-from infra import fastcache
+from infra import background, fastcache, observability
 from infra.db import db_async
 
 _USED_PREFIX = "apikey-used:"

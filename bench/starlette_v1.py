@@ -91,7 +91,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
     from config import asgi, server
-    from config.observability import observe_v1
+    from infra.observability import observe_v1
 
     built = server.build(args.host, args.port)
     asgi.v1_app = observe_v1(starlette_app())  # config.asgi.http_app reads it per call

@@ -42,7 +42,7 @@ import orjson
 from django.conf import settings
 
 from billing.services import process_token
-from config import outages
+from infra import outages
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ def auto_recharge_sweep() -> int:
     return len(due)
 
 
-# Where the last audit's result is kept for ``/metrics`` (config/observability/scrape.py).
+# Where the last audit's result is kept for ``/metrics`` (config/scrape.py).
 AUDIT_RESULT_KEY = "infrai:billing_audit"
 
 

@@ -34,7 +34,7 @@ from catalog.selectors import build_snapshot, credentials_configured, vendor_bas
 from catalog.services import Cell, catalog_changed, matrix_cells, matrix_update, vendor_probe
 from catalog.types import CatalogSnapshot, Support
 from catalog.validation import cell_problems
-from config.admin_widgets import NamedWidgets
+from infra.admin_widgets import NamedWidgets
 from money.usd import nanos_to_usd_str
 
 # The snapshot one changelist page shows (built once per page, not once per row).

@@ -16,11 +16,11 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from config.observability import observe_v1  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from inference import routes, settlement  # noqa: E402
 from inference.floor import PerLoop  # noqa: E402
 from inference.http import V1App  # noqa: E402
+from infra.observability import observe_v1  # noqa: E402
 from vectors import api as vectors_api  # noqa: E402  (/v1/vector/*, /v1/files, /v1/vector_stores)
 
 inference_app = V1App(

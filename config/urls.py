@@ -8,7 +8,7 @@ from django.urls import include, path
 import dashboard.urls
 import dashboard.views.security
 import management.pages
-from config.observability.views import healthz, metrics_view, readyz
+from config.probes import healthz, metrics_view, readyz
 
 urlpatterns = [
     # The admin logs in through the dashboard's two-step login (a code for staff with 2FA).

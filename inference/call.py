@@ -18,11 +18,11 @@ from typing import Any
 
 from accounts.auth import KeyContext
 from catalog.routing import Candidate, RoutingDecision
-from config import observability
 from inference.floor import Floor
 from inference.http import ApiRequest
 from inference.models import UsageSource
 from inference.usage import Billed
+from infra import observability
 from money.pricing import Usage, cost_nanos
 
 

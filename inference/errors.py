@@ -81,7 +81,7 @@ _TABLE: dict[type[Exception], Callable[[Any], ApiError]] = {
 def api_error(exc: BaseException) -> ApiError | None:
     """How the API answers ``exc``: ``exc`` itself when it is an :class:`ApiError`, the table's
     error for a domain refusal, ``None`` for anything else (a bug, or an outage that
-    :func:`config.outages.unavailable` answers)."""
+    :func:`infra.outages.unavailable` answers)."""
     if isinstance(exc, ApiError):
         return exc
     for kind in type(exc).__mro__:

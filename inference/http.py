@@ -9,7 +9,7 @@ and sends ``/v1`` straight to it. What it does for every call:
    limit (``INFRAI_MAX_BODY_BYTES`` unless the route names another setting, e.g. uploads) with
    413 and ``connection: close``; finds the route (404 unknown path, 405 wrong method);
    refuses a query value PostgreSQL cannot take (a NUL, invalid Unicode: 400 naming the
-   parameter, :mod:`config.querystring`);
+   parameter, :mod:`infra.querystring`);
    authenticates when the route needs it (a metered route whose handler counts the call
    before doing anything for it — ``confirms_key`` — takes the key's remembered context and
    confirms it in the rate-limit round trip: :mod:`accounts.auth`); runs the route's
@@ -44,7 +44,6 @@ from urllib.parse import parse_qs
 from django.conf import settings
 
 from accounts.auth import KeyContext, authenticate
-from config import jsonio, outages
 from config.errors import (
     ApiError,
     InvalidRequest,
@@ -53,8 +52,9 @@ from config.errors import (
     RequestTooLarge,
     internal_error,
 )
-from config.querystring import query_value_error, unstorable_param
 from inference.errors import api_error
+from infra import jsonio, outages
+from infra.querystring import query_value_error, unstorable_param
 
 log = logging.getLogger(__name__)
 FLOOR_KEY = "infrai.floor"  # the scope state's entry for the server's Floor (inference.floor)
@@ -506,7 +506,7 @@ def _id_headers(request: ApiRequest) -> dict[str, str]:
 
 def _unexpected(request: ApiRequest, exc: Exception) -> ApiError:
     """The answer to an exception nothing expected: a retryable 503 when PostgreSQL or Redis
-    is out of reach (:mod:`config.outages`, logged once a second), else a 500 logged with its
+    is out of reach (:mod:`infra.outages`, logged once a second), else a 500 logged with its
     traceback (a bug)."""
     down = outages.unavailable(exc)
     if down is not None:

@@ -12,7 +12,7 @@ from django.db import models
 from django.utils import timezone
 
 from config.errors import ApiError
-from config.outages import OUTAGE_CODE
+from infra.outages import OUTAGE_CODE
 
 
 class RequestStatus(models.TextChoices):

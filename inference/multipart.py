@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from config.errors import InvalidRequest
-from config.querystring import encodable
+from infra.querystring import encodable
 
 # Parts (fields and files together) one body may hold.
 MAX_PARTS = 16

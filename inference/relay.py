@@ -37,12 +37,12 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from config import observability
 from inference import settlement, stages
 from inference.call import Call
 from inference.models import RequestStatus
 from inference.usage import Billed
 from inference.vendors.errors import VendorError
+from infra import observability
 
 
 class Outcome(enum.Enum):

@@ -19,8 +19,7 @@ import asyncio
 import hashlib
 from typing import Any
 
-from config import jsonio
-from infra import fastcache
+from infra import fastcache, jsonio
 
 # How long an identical request waits for the one in flight before calling the vendor itself.
 WAIT_S = 30.0

@@ -36,8 +36,6 @@ from billing.services import (
     arequest_recharge,
     asettle,
 )
-from config import observability, outages
-from config.background import keep, pending, spawn
 from config.errors import ApiError, ServiceUnavailable
 from inference.call import Call
 from inference.floor import Floor
@@ -45,7 +43,8 @@ from inference.http import ApiRequest
 from inference.models import RequestLog, RequestStatus
 from inference.vendors import fetch as image_fetch
 from inference.vendors import http as vendor_http
-from infra import adb, live
+from infra import adb, live, observability, outages
+from infra.background import keep, pending, spawn
 from money.pricing import Usage
 
 log = logging.getLogger(__name__)

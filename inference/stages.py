@@ -31,8 +31,6 @@ from catalog import health
 from catalog.routing import Candidate, RoutingDecision, RoutingRequest
 from catalog.selectors import credentials_value, routing_decide
 from catalog.types import CircuitState
-from config import observability, outages
-from config.background import spawn
 from config.errors import (
     ApiError,
     InvalidRequest,
@@ -51,6 +49,8 @@ from inference.usage import Billed
 from inference.vendors.base import Adapter, VendorTarget
 from inference.vendors.errors import VendorError, VendorLoading, VendorRejected, VendorTimeout
 from inference.vendors.registry import adapter_for
+from infra import observability, outages
+from infra.background import spawn
 from money.pricing import Usage, cost_nanos
 
 log = logging.getLogger(__name__)

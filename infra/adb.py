@@ -34,7 +34,7 @@ import asyncpg
 import orjson
 from django.conf import settings
 
-from config import outages
+from infra import outages
 
 _pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncpg.Pool] = (
     weakref.WeakKeyDictionary()

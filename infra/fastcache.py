@@ -15,8 +15,7 @@ from typing import Any
 import redis
 from django.conf import settings
 
-from config import jsonio
-from infra import resp
+from infra import jsonio, resp
 
 
 def _prefix() -> str:
@@ -49,13 +48,13 @@ def _sclient() -> redis.Redis:
 
 def encode(value: Any) -> str:
     """``value`` as this store writes it (what :func:`get_raw` returns for it):
-    :func:`config.jsonio.dumps` — orjson, ~10× faster than the standard library on a cached
+    :func:`infra.jsonio.dumps` — orjson, ~10× faster than the standard library on a cached
     answer of 1,536 floats."""
     return jsonio.dumps(value).decode()
 
 
 def decode(raw: str | bytes) -> Any:
-    """A stored value (:func:`config.jsonio.loads`: orjson, several times faster on large ones
+    """A stored value (:func:`infra.jsonio.loads`: orjson, several times faster on large ones
     such as cached embeddings, with the standard library's answer for what orjson refuses)."""
     return jsonio.loads(raw)
 

@@ -21,8 +21,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from config import outages
-from infra import fastcache
+from infra import fastcache, outages
 
 log = logging.getLogger(__name__)
 # How long a process trusts what it read of an organization's open-page count.

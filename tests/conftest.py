@@ -12,8 +12,7 @@ from django.core.cache import cache
 from django.core.management import call_command
 
 from accounts.auth import _touched_at
-from config import background
-from infra import fastcache
+from infra import background, fastcache
 from tests.gpu import backend_url  # noqa: F401  (one gpu-backend process per session, all folders)
 from tests.live import daphne_server, uvicorn_server
 

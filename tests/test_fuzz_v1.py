@@ -36,10 +36,10 @@ from schemathesis.core import NotSet
 from accounts.models import ApiKey
 from billing.audit import audit_findings
 from billing.models import Hold, HoldStatus, LedgerEntry
-from config import background
 from inference.endpoints import audio, embeddings, images
 from inference.endpoints.openapi import document, served_document
 from inference.models import RequestLog
+from infra import background
 from tests.catalog_docs import catalog_model
 from tests.fakes.vendors import FakeVendor
 from tests.fuzzing import run_cases

@@ -1,4 +1,4 @@
-"""``config.jsonio``: orjson on the hot path, with the standard library's answers for what
+"""``infra.jsonio``: orjson on the hot path, with the standard library's answers for what
 orjson refuses, and one canonical form for cache keys."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from config import jsonio
+from infra import jsonio
 
 
 def test_dumps_is_compact_utf8_and_survives_what_orjson_refuses() -> None:

@@ -19,9 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: tuple[tuple[str, ...], ...] = (
     # Integer nano-USD arithmetic: prices, usage, the one cost function, conversions.
     ("money",),
-    # Settings, the error hierarchy, outages, observability hooks, background tasks.
+    # Settings, URLs, the error hierarchy, the ASGI, Celery and `make run` entry points.
     ("config",),
-    # Clients of the infrastructure: PostgreSQL (hot path, async ORM), Redis, cache, live pushes.
+    # The machinery every app shares: PostgreSQL (hot path, async ORM), Redis, the cache, live
+    # pushes, outages, observability hooks, the background-task keeper, JSON, query strings.
     ("infra",),
     # Tenants, users and keys; the catalog of vendors, models, offerings and routing.
     ("accounts", "catalog"),
@@ -43,10 +44,10 @@ ENTRY_POINTS = (
     "config.asgi",
     "config.urls",
     "config.server",
-    # /metrics and /readyz read the apps at scrape time; the rest of config.observability (the
-    # hooks every layer calls: counters, spans, the call log line) is in the config layer.
-    "config.observability.views",
-    "config.observability.scrape",
+    # /metrics and /readyz read the apps at scrape time; the hooks every layer calls
+    # (counters, spans, the call log line) are infra.observability, in the infra layer.
+    "config.probes",
+    "config.scrape",
 )
 
 # Packages of ours that import nothing of ours and that nothing of ours imports.

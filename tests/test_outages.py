@@ -1,4 +1,4 @@
-"""PostgreSQL or Redis out of reach (config.outages): told apart, answered with a retryable 503,
+"""PostgreSQL or Redis out of reach (infra.outages): told apart, answered with a retryable 503,
 logged once a second; and a web process whose Redis stops mid-load and comes back."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ import psycopg
 import pytest
 import redis
 
-from config import outages
 from config.errors import ServiceUnavailable
-from infra import resp
+from infra import outages, resp
 from tests.live import free_port
 
 

@@ -69,4 +69,4 @@ def test_every_installed_app_imports_from_the_wheel(tmp_path: Path) -> None:
     }
     assert not from_checkout, f"imported from the checkout, not the wheel: {from_checkout}"
     ours = [app for app, f in files.items() if f and Path(f).is_relative_to(site)]
-    assert {"accounts", "billing", "management", "vectors", "config.observability"} <= set(ours)
+    assert {"accounts", "billing", "management", "vectors", "infra.observability"} <= set(ours)

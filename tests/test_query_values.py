@@ -1,7 +1,7 @@
 """Hostile query values against every route that reads a query string: never a 500.
 
 A NUL (``%00``) or invalid Unicode in a query value is refused where the query string is parsed
-(``config.querystring``: the middleware in front of Django, the check in ``inference.http``) with
+(``infra.querystring``: the middleware in front of Django, the check in ``inference.http``) with
 a 400 naming the parameter; every other hostile value (undecodable bytes, an encoded surrogate,
 integers past 64 bits, very long values, repeated keys) must reach the view and be answered
 below 500.
@@ -31,8 +31,8 @@ from django.test import Client, RequestFactory
 from django.utils.datastructures import MultiValueDict
 
 import management.resource_urls
-from config.querystring import QueryValueMiddleware, unstorable, unstorable_param
 from inference.models import RequestLog
+from infra.querystring import QueryValueMiddleware, unstorable, unstorable_param
 from management.models import AdminKey
 from management.services import admin_key_create
 from tests.test_tenancy_walk import (

@@ -3,7 +3,7 @@ charges (read only)."""
 
 from django.contrib import admin
 
-from config.admin_widgets import NamedWidgets
+from infra.admin_widgets import NamedWidgets
 from vectors.models import Collection, FileStorage, StorageCharge, VectorPrice
 
 

@@ -54,7 +54,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     # A NUL or invalid Unicode in a query value: 400 naming it, before any view (docs/security.md).
-    "config.querystring.QueryValueMiddleware",
+    "infra.querystring.QueryValueMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
@@ -334,10 +334,10 @@ INFRAI_VECTOR_HNSW_EF_SEARCH = env.int("INFRAI_VECTOR_HNSW_EF_SEARCH", default=1
 INFRAI_OPENAPI_PARTS += ["vectors.schema.openapi_part"]  # its /v1 operations
 
 # --- operations (docs/deploy.md) ---
-# Metrics, traces and call logs (config/observability). /metrics answers only this Bearer token
+# Metrics, traces and call logs (infra/observability). /metrics answers only this Bearer token
 # (404 when empty). Multiprocess metrics need PROMETHEUS_MULTIPROC_DIR in the environment of
 # every process (prometheus-client reads it at import): scripts/cluster.sh and deploy/systemd.
-INSTALLED_APPS += ["config.observability"]
+INSTALLED_APPS += ["infra.observability"]
 INFRAI_METRICS_TOKEN = env("INFRAI_METRICS_TOKEN", default="")
 # Traces are exported over OTLP/HTTP only when this is set (the exporter reads the other OTEL_*).
 OTEL_EXPORTER_OTLP_ENDPOINT = env("OTEL_EXPORTER_OTLP_ENDPOINT", default="")
@@ -346,7 +346,7 @@ OTEL_SERVICE_NAME = env("OTEL_SERVICE_NAME", default="infrai")
 INFRAI_LOG_FORMAT = env("INFRAI_LOG_FORMAT", default="text")
 LOGGING["formatters"] = {
     "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-    "json": {"()": "config.observability.logs.JsonFormatter"},
+    "json": {"()": "infra.observability.logs.JsonFormatter"},
 }
 LOGGING["handlers"] = {
     "console": {"class": "logging.StreamHandler", "formatter": INFRAI_LOG_FORMAT}

@@ -27,7 +27,7 @@ STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET")
 REDIS_URL = env("REDIS_URL")
 EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
 
-# One JSON object per log line (config/observability/logs.py); INFRAI_LOG_FORMAT=text overrides.
+# One JSON object per log line (infra/observability/logs.py); INFRAI_LOG_FORMAT=text overrides.
 LOGGING["handlers"] = {  # noqa: F405
     "console": {
         "class": "logging.StreamHandler",

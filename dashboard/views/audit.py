@@ -13,9 +13,9 @@ from django.http import HttpRequest, HttpResponse
 
 from accounts.audit import AuditEvent, audit_events
 from accounts.roles import Role
-from config.querystring import query_id
 from dashboard.permissions import OrgContext, org_view
 from dashboard.views.common import render_org
+from infra.querystring import query_id
 from money.usd import nanos_to_usd_str
 
 OWNERS = frozenset({Role.OWNER})

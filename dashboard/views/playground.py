@@ -9,11 +9,11 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from accounts.selectors import project_get, projects_for_organization
-from config.querystring import query_id
 from dashboard import selectors, services
 from dashboard.forms import PlaygroundForm
 from dashboard.permissions import USE_KEYS, OrgContext, org_view
 from dashboard.views.common import no_store, render_org
+from infra.querystring import query_id
 
 
 @org_view(USE_KEYS)

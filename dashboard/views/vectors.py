@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 
-from config.querystring import query_id
 from dashboard.permissions import OrgContext, org_view
 from dashboard.views.common import render_org
+from infra.querystring import query_id
 from vectors.selectors import collections_for_organization
 
 

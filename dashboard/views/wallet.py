@@ -16,11 +16,11 @@ from django.views.decorators.http import require_POST
 from billing import receipts
 from billing import selectors as billing_selectors
 from billing.services.notify import low_balance_threshold_set
-from config.querystring import query_id
 from dashboard import selectors, statements, topups
 from dashboard.forms import AutoRechargeForm, LowBalanceForm, StatementForm, TopUpForm
 from dashboard.permissions import SEE_BILLING, OrgContext, org_view
 from dashboard.views.common import render_org
+from infra.querystring import query_id
 from money.usd import NANOS_PER_USD, usd_to_nanos
 
 TOPUP_NOTICES = {

@@ -38,7 +38,6 @@ from django.conf import settings
 
 from billing.selectors import wallet_summary
 from catalog.routing import RoutingRequest
-from config.background import spawn
 from config.errors import (
     InsufficientQuota,
     InvalidRequest,
@@ -55,6 +54,7 @@ from inference.multipart import Upload
 from inference.usage import Billed
 from inference.validation import number
 from inference.vendors.base import JSON
+from infra.background import spawn
 from infra.db import db_async
 from money.pricing import Usage
 from money.usd import nanos_to_usd_str

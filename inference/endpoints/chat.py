@@ -24,7 +24,6 @@ from django.conf import settings
 
 from billing.errors import FundsLimit, InsufficientFunds
 from catalog.routing import Candidate, RoutingRequest
-from config.background import spawn
 from config.errors import InsufficientQuota, UpstreamError
 from inference import relay, render, response_cache, settlement, stages, tokens
 from inference.call import Call
@@ -50,6 +49,7 @@ from inference.usage import (
 from inference.vendors import sse
 from inference.vendors.base import JSON, Adapter, VendorTarget
 from inference.vendors.errors import VendorUnavailable
+from infra.background import spawn
 from money.pricing import Usage, cost_nanos
 
 ENDPOINT = "chat.completions"

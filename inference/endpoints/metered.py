@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from catalog.routing import Candidate, RoutingRequest
-from config.background import spawn
 from config.errors import InvalidRequest, invalid_type, missing_param
 from inference import response_cache, stages
 from inference.call import Call
@@ -24,6 +23,7 @@ from inference.http import ApiRequest
 from inference.usage import Billed
 from inference.validation import EXTENSIONS, check_routing_fields, invalid_choice
 from inference.vendors.base import JSON, Adapter, VendorTarget
+from infra.background import spawn
 from money.pricing import Usage
 
 T = TypeVar("T")

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from catalog.errors import RoutingError
-from config.background import spawn
 from config.errors import ApiError
 from inference import relay, render, response_cache, settlement, stages
 from inference.call import Call
@@ -47,6 +46,7 @@ from inference.usage import (
     chat_usage_report,
 )
 from inference.vendors.base import JSON
+from infra.background import spawn
 from money.pricing import Usage
 
 ENDPOINT = "responses"

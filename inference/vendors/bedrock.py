@@ -32,7 +32,6 @@ from botocore.eventstream import EventStreamBuffer, EventStreamMessage, ParserEr
 from botocore.utils import percent_encode
 
 from catalog.vendor_wire import bedrock_auth_headers, bedrock_region
-from config import jsonio
 from inference.vendors import errors, fetch, http
 from inference.vendors.base import (
     JSON,
@@ -42,6 +41,7 @@ from inference.vendors.base import (
     portable_tool_ids,
     tool_call,
 )
+from infra import jsonio
 
 DEFAULT_MAX_TOKENS = 4096
 _STOP_REASONS = {

@@ -44,7 +44,6 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from config import jsonio
 from inference.vendors import errors, fetch, http
 from inference.vendors.base import (
     JSON,
@@ -53,6 +52,7 @@ from inference.vendors.base import (
     tool_call,
 )
 from inference.vendors.sse import events
+from infra import jsonio
 
 API_KEY_HEADER = "x-goog-api-key"
 # What separates a tool-call id from the thought signature it carries (see the docstring).

@@ -24,9 +24,9 @@ from typing import Any
 import aiohttp
 import yarl
 
-from config import jsonio
 from inference.vendors import errors
 from inference.vendors.base import VendorTarget
+from infra import jsonio
 
 _USER_AGENT = "infrai-gateway/0.1"
 # The longest stream line we read (a chunk carrying a large tool-call argument); a longer one

@@ -7,7 +7,6 @@ from typing import Any
 
 import aiohttp
 
-from config import jsonio
 from inference.vendors import errors, http
 from inference.vendors.base import (
     JSON,
@@ -18,6 +17,7 @@ from inference.vendors.base import (
     portable_tool_ids,
 )
 from inference.vendors.sse import events
+from infra import jsonio
 
 
 def _auth(target: VendorTarget) -> dict[str, str]:

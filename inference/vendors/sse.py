@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from config import jsonio
+from infra import jsonio
 
 DONE = b"data: [DONE]\n\n"
 

@@ -86,7 +86,7 @@ def test_last_used_is_written_at_most_once_a_minute():
     async def twice():
         import asyncio
 
-        from config import background
+        from infra import background
 
         await authenticate(f"Bearer {raw}")
         await asyncio.gather(*background.pending(asyncio.get_running_loop()))

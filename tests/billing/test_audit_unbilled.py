@@ -16,7 +16,7 @@ from billing.audit import audit_findings
 from billing.models import Hold, HoldStatus, Process
 from billing.services import holds_expire, process_seen, process_token
 from billing.tasks import audit
-from config.observability import scrape
+from config import scrape
 from inference import tasks as inference_tasks
 from inference.models import RequestLog, RequestStatus
 from tests.billing.conftest import Tenant, open_hold

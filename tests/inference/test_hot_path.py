@@ -20,10 +20,9 @@ from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Wallet
 from billing.services import hold_open
 from billing.services.holds import hold_expire
-from config import background
 from inference import settlement
 from inference.models import RequestLog, RequestStatus
-from infra import live, resp
+from infra import background, live, resp
 
 pytestmark = pytest.mark.usefixtures("fake_catalog")
 MESSAGES = [{"role": "user", "content": "count me"}]

@@ -28,9 +28,9 @@ from accounts.keys import hash_key
 from accounts.models import ApiKey
 from accounts.services import api_key_cache_forget
 from catalog.models import Vendor
-from config.observability import tracing
-from config.observability.logs import JsonFormatter
 from inference.models import RequestLog
+from infra.observability import tracing
+from infra.observability.logs import JsonFormatter
 from tests.live import wait_for
 from tests.ops.conftest import Samples, moved, parse_metrics, total
 
@@ -329,6 +329,6 @@ def test_nothing_is_recorded_while_tracing_is_off(
     ],
 )
 def test_endpoint_labels_stay_bounded(path: str, status: int, label: str) -> None:
-    from config.observability.metrics import endpoint_label
+    from infra.observability.metrics import endpoint_label
 
     assert endpoint_label(path, status) == label

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from config.observability import scrape
+from config import scrape
 from infra import adb
 from infra.db import db_async
 

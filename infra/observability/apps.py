@@ -7,12 +7,12 @@ from django.conf import settings
 
 
 class ObservabilityConfig(AppConfig):
-    name = "config.observability"
+    name = "infra.observability"
     label = "observability"
     verbose_name = "Observability"
 
     def ready(self) -> None:
-        from config.observability import tracing
+        from infra.observability import tracing
 
         tracing.configure(
             otlp_endpoint=settings.OTEL_EXPORTER_OTLP_ENDPOINT,

@@ -1,12 +1,12 @@
 """Prometheus metrics: what every process counts, and what is read once per scrape.
 
 Counters and histograms live in this module and are moved by the request path's hooks
-(:mod:`config.observability`); each is a few dictionary look-ups and an addition, never a
+(:mod:`infra.observability`); each is a few dictionary look-ups and an addition, never a
 database or Redis round trip. With ``PROMETHEUS_MULTIPROC_DIR`` set (the topology script and
 the systemd units set it; it must be set before the process starts) every process writes its
 values to files there and any process's ``/metrics`` reports the sum over all of them.
 
-What costs a query is read only when Prometheus scrapes (:mod:`config.observability.scrape`).
+What costs a query is read only when Prometheus scrapes (:mod:`config.scrape`).
 This module imports nothing of the apps: every layer may call the hooks that move these.
 """
 

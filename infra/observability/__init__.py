@@ -14,7 +14,7 @@ and span work only while tracing is on — and none makes a database or Redis ro
   usage report.
 - :func:`traced` / :func:`vendor_call` decorate the steps that get a span.
 
-This package (but :mod:`~config.observability.views` and :mod:`~config.observability.scrape`,
+This package (but :mod:`~config.probes` and :mod:`~config.scrape`,
 entry points that read the apps at scrape time) sits in the ``config`` layer: it imports no app.
 """
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-from config.observability import logs, metrics, tracing
-from config.observability.tracing import traced, vendor_call
+from infra.observability import logs, metrics, tracing
+from infra.observability.tracing import traced, vendor_call
 
 
 class CallRow(Protocol):

@@ -216,7 +216,7 @@ def call_finished(state: dict[str, Any], attributes: dict[str, Any], error: bool
 
 
 class Root:
-    """The server span of one ``/v1`` request (see :func:`config.observability.observe_v1`)."""
+    """The server span of one ``/v1`` request (see :func:`infra.observability.observe_v1`)."""
 
     __slots__ = ("span",)
 
