@@ -38,8 +38,8 @@ def one_pass(asgi: str, scale: float) -> dict[str, tuple[float, float]]:
     out = subprocess.run(
         [str(PY), str(ROOT / "bench/compare.py"), "--litellm", "", "--rounds", "1",
          "--scale", str(scale), "--asgi", asgi],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=True,
+    ).stdout  # fmt: skip  (the rounds are reported on stderr)
     found = {}
     for line in out.splitlines():
         match = _LINE.match(line)

@@ -21,8 +21,8 @@ from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry
 from inference import settlement, stages, tokens
 from inference.call import Call
+from inference.chat.leg import routing_request
 from inference.chat.validation import parse_chat_request
-from inference.endpoints.chat import routing_request
 from inference.models import RequestLog, RequestStatus
 from infra import background
 from money.pricing import Usage
