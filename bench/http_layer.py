@@ -36,9 +36,23 @@ APPS = {"uvicorn": "ours (`inference.http.V1App`)", "starlette": "Starlette 1.x 
 def one_pass(asgi: str, scale: float) -> dict[str, tuple[float, float]]:
     """``{workload: (calls/s, gateway CPU ms per call)}`` of one compare.py run."""
     out = subprocess.run(
-        [str(PY), str(ROOT / "bench/compare.py"), "--litellm", "", "--rounds", "1",
-         "--scale", str(scale), "--asgi", asgi],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=True,
+        [
+            str(PY),
+            str(ROOT / "bench/compare.py"),
+            "--litellm",
+            "",
+            "--rounds",
+            "1",
+            "--scale",
+            str(scale),
+            "--asgi",
+            asgi,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=True,
     ).stdout  # fmt: skip  (the rounds are reported on stderr)
     found = {}
     for line in out.splitlines():
