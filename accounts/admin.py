@@ -59,7 +59,7 @@ class MembershipInline(NamedWidgets, admin.TabularInline):
 
 @admin.register(Organization)
 class OrganizationAdmin(NamedWidgets, admin.ModelAdmin):
-    list_display = ("slug", "name", "log_prompts", "created_at")
+    list_display = ("slug", "name", "log_prompts", "response_retention_days", "created_at")
     search_fields = ("slug", "name", "memberships__user__email")
     list_filter = ("log_prompts",)
     readonly_fields = ("related",)

@@ -57,6 +57,9 @@ class KeyContext:
     # The key's own monthly budget (None = none). Defaulted so that a context cached by a
     # process from before the field still loads.
     key_budget_nanos: int | None = None
+    # The organization's retention of stored Responses in days (None: the platform default;
+    # 0: zero retention). Defaulted for the same reason.
+    response_retention_days: int | None = None
 
 
 @dataclass(slots=True)
@@ -97,6 +100,7 @@ def _context_from_db(key_hash: str) -> KeyContext | None:
         monthly_budget_nanos=row.project.monthly_budget_nanos,
         log_prompts=row.organization.log_prompts,
         key_budget_nanos=row.monthly_budget_nanos,
+        response_retention_days=row.organization.response_retention_days,
     )
 
 
@@ -207,3 +211,11 @@ async def _touch(key_id: int, now: datetime) -> None:
     _touched_at[key_id] = ts
     if await fastcache.add(_USED_PREFIX + str(key_id), 1, _TOUCH_EVERY_S):
         background.spawn(_touch_last_used_async(key_id, now))
+
+
+def key_context(*, key_id: int) -> KeyContext | None:
+    """The current context of the API key ``key_id`` read from the database (``None`` when it
+    is gone), for work a key started that runs outside its request (a batch's lines): the
+    caller must refuse to serve a context that is revoked or expired."""
+    key_hash = ApiKey.objects.filter(pk=key_id).values_list("key_hash", flat=True).first()
+    return None if key_hash is None else _context_from_db(key_hash)

@@ -68,6 +68,15 @@ class Organization(models.Model):
     log_prompts = models.BooleanField(
         default=False, help_text="Store prompt text in the request log (off unless opted in)."
     )
+    response_retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Days stored Responses (/v1/responses with store) are kept; empty: the platform's "
+            "default (INFRAI_RESPONSES_RETENTION_DAYS); 0: zero retention — nothing is stored "
+            "and previous_response_id is refused."
+        ),
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:

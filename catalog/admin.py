@@ -163,7 +163,8 @@ def _in_usd(column: str, description: str) -> Callable[[Any, Any], str]:
 
     @admin.display(description=description, ordering=column)
     def show(self: Any, obj: Any) -> str:
-        return nanos_to_usd_str(getattr(obj, column))
+        nanos = getattr(obj, column)
+        return "default" if nanos is None else nanos_to_usd_str(nanos)
 
     return show
 
@@ -174,7 +175,7 @@ class OfferingInline(NamedWidgets, admin.TabularInline):
 
     model = Offering
     extra = 0
-    fields = ("vendor", "model", "upstream_model", "priority", "enabled")
+    fields = ("vendor", "model", "upstream_model", "priority", "enabled", "batch_discount_percent")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Offering]:
         return super().get_queryset(request).select_related("vendor", "model")  # row titles
@@ -202,7 +203,14 @@ class PriceInUsd:
 
     input_per_mtok_usd = _in_usd("input_per_mtok_nanos", "input $/1M tok")
     cached_input_per_mtok_usd = _in_usd("cached_input_per_mtok_nanos", "cached input $/1M tok")
+    cache_write_5m_per_mtok_usd = _in_usd(
+        "cache_write_5m_per_mtok_nanos", "cache write 5m $/1M tok"
+    )
+    cache_write_1h_per_mtok_usd = _in_usd(
+        "cache_write_1h_per_mtok_nanos", "cache write 1h $/1M tok"
+    )
     output_per_mtok_usd = _in_usd("output_per_mtok_nanos", "output $/1M tok")
+    reasoning_per_mtok_usd = _in_usd("reasoning_per_mtok_nanos", "reasoning $/1M tok")
     per_mchar_usd = _in_usd("per_mchar_nanos", "speech $/1M chars")
     per_audio_second_usd = _in_usd("per_audio_second_nanos", "audio $/s")
 
@@ -458,7 +466,14 @@ def _cells_from_post(
 
 @admin.register(Offering)
 class OfferingAdmin(CatalogChangeMixin, NamedWidgets, admin.ModelAdmin):
-    list_display = ("__str__", "upstream_model", "priority", "enabled", "routable")
+    list_display = (
+        "__str__",
+        "upstream_model",
+        "priority",
+        "enabled",
+        "batch_discount_percent",
+        "routable",
+    )
     list_select_related = ("vendor", "model")  # __str__ names both
     list_filter = ("vendor", "enabled")
     search_fields = ("model__model_id", "upstream_model", "vendor__name")

@@ -15,13 +15,17 @@ Shape (see ``catalog/seed/catalog.yaml`` and ``docs/catalog.md``)::
         offerings:
           - vendor, upstream_model, priority, enabled
             prices: [{effective_from, source, input_per_mtok_usd, cached_input_per_mtok_usd,
-                      output_per_mtok_usd, per_image_usd: {"<size>/<quality>": usd},
+                      cache_write_5m_per_mtok_usd?, cache_write_1h_per_mtok_usd?,
+                      output_per_mtok_usd, reasoning_per_mtok_usd?,
+                      per_image_usd: {"<size>/<quality>": usd},
                       per_mchar_usd, per_audio_second_usd}]
     offerings:   # optional: offerings listed apart from their model (the hosted presets)
       - model, vendor, upstream_model, priority, enabled, prices: [...]
 
 Prices are written as exact USD decimal *strings* (``"0.15"``) and stored as integer nano-USD;
-a float in a price is refused. Loading upserts by natural key (vendor name, model id,
+a float in a price is refused. A price left out is 0, except the optional ones (``?``): left
+out, they are the catalog's defaults (1.25× / 2× the input price for cache writes, the output
+price for reasoning). Loading upserts by natural key (vendor name, model id,
 vendor+model, offering+``effective_from``, model+parameter) and deletes nothing, so loading the
 same file twice changes nothing and a test can add a vendor on top of the seed. A vendor's
 ``verified_models`` (optional) marks those upstream models verified without a probe. A dump
@@ -55,6 +59,7 @@ from catalog.models import (
     Offering,
     ParameterRule,
     Price,
+    UsdPrice,
     Vendor,
 )
 from money.usd import nanos_to_usd_str, usd_to_nanos
@@ -92,6 +97,15 @@ def _usd_nanos(value: Any, where: str) -> int:
         return usd_to_nanos(Decimal(str(value)))
     except (InvalidOperation, ValueError) as exc:
         raise CatalogDocumentError(f"{where}: {exc}") from None
+
+
+def _price_nanos(price: Mapping[str, Any], usd: UsdPrice, where: str) -> int | None:
+    """The nano-USD of the flat price ``usd`` in the document entry ``price``: 0 when absent,
+    ``None`` (the catalog's default) when an optional price is absent or null."""
+    value = price.get(usd.name)
+    if value is None:
+        return None if usd.optional else 0
+    return _usd_nanos(value, f"{where}.{usd.name}")
 
 
 def _moment(value: Any, where: str) -> datetime:
@@ -247,9 +261,7 @@ def _load_offering(
             raise CatalogDocumentError(f"{at}: a price needs effective_from")
         if not price.get("source"):
             raise CatalogDocumentError(f"{at}: a price needs a source note")
-        amounts: dict[str, Any] = {
-            p.column: _usd_nanos(price.get(p.name, "0"), f"{at}.{p.name}") for p in USD_PRICES
-        }
+        amounts: dict[str, Any] = {p.column: _price_nanos(price, p, at) for p in USD_PRICES}
         amounts["per_image_nanos"] = {
             str(size): _usd_nanos(usd, f"{at}.per_image_usd.{size}")
             for size, usd in (price.get("per_image_usd") or {}).items()
@@ -322,7 +334,7 @@ def _price_entry(price: Price) -> dict[str, Any]:
     }
     for p in USD_PRICES:
         nanos = getattr(price, p.column)
-        if nanos:
+        if nanos or (p.optional and nanos is not None):
             entry[p.name] = nanos_to_usd_str(nanos)
     if price.per_image_nanos:
         entry["per_image_usd"] = price.per_image_usd()

@@ -130,13 +130,16 @@ _USD = {p.name: p for p in USD_PRICES}
 
 
 def _usd_field(name: str) -> forms.DecimalField:
-    """The form field of the flat price ``name`` (:data:`~catalog.models.USD_PRICES`)."""
+    """The form field of the flat price ``name`` (:data:`~catalog.models.USD_PRICES`); an
+    optional price may be left empty (the catalog's default applies)."""
+    optional = _USD[name].optional
     return forms.DecimalField(
         label=_USD[name].label,
         min_value=Decimal(0),
         max_digits=18,
         decimal_places=9,
-        initial=Decimal(0),
+        required=not optional,
+        initial=None if optional else Decimal(0),
     )
 
 
@@ -145,7 +148,10 @@ class PriceForm(forms.ModelForm):
 
     input_per_mtok_usd = _usd_field("input_per_mtok_usd")
     cached_input_per_mtok_usd = _usd_field("cached_input_per_mtok_usd")
+    cache_write_5m_per_mtok_usd = _usd_field("cache_write_5m_per_mtok_usd")
+    cache_write_1h_per_mtok_usd = _usd_field("cache_write_1h_per_mtok_usd")
     output_per_mtok_usd = _usd_field("output_per_mtok_usd")
+    reasoning_per_mtok_usd = _usd_field("reasoning_per_mtok_usd")
     per_mchar_usd = _usd_field("per_mchar_usd")
     per_audio_second_usd = _usd_field("per_audio_second_usd")
     per_image_usd = forms.JSONField(
@@ -163,7 +169,8 @@ class PriceForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if self.instance.pk is not None:
             for p in USD_PRICES:
-                self.initial[p.name] = nanos_to_usd_str(getattr(self.instance, p.column))
+                nanos = getattr(self.instance, p.column)
+                self.initial[p.name] = None if nanos is None else nanos_to_usd_str(nanos)
             self.initial["per_image_usd"] = self.instance.per_image_usd()
 
     def clean_per_image_usd(self) -> dict[str, int]:
@@ -185,7 +192,8 @@ class PriceForm(forms.ModelForm):
     def save(self, commit: bool = True) -> Price:
         price: Price = super().save(commit=False)
         for p in USD_PRICES:
-            setattr(price, p.column, usd_to_nanos(self.cleaned_data[p.name]))
+            usd = self.cleaned_data.get(p.name)
+            setattr(price, p.column, None if usd is None else usd_to_nanos(usd))
         price.per_image_nanos = self.cleaned_data.get("per_image_usd") or {}
         if commit:
             price.save()

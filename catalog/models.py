@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -200,6 +201,11 @@ class Offering(models.Model):
     upstream_model = models.CharField(max_length=200)
     priority = models.IntegerField(default=100)
     enabled = models.BooleanField(default=True)
+    batch_discount_percent = models.PositiveSmallIntegerField(
+        default=50,
+        validators=[MaxValueValidator(100)],
+        help_text="The Batch API's discount on this offering's price, in percent (0-100).",
+    )
 
     class Meta:
         ordering = ("model__model_id", "priority", "vendor__name")
@@ -215,15 +221,21 @@ class Price(models.Model):
     """The prices of an offering from ``effective_from`` on, until the next row's.
 
     A price change is a new row, never an edit, so the price of any past call can be found.
-    Integer nano-USD: per 1M input / cached input / output tokens, per image keyed
-    ``"<size>/<quality>"`` (``"*"`` = any other), per 1M characters of speech, per second of audio.
+    Integer nano-USD: per 1M input / cached input / cache-write (5 minutes, 1 hour) / output /
+    reasoning tokens, per image keyed ``"<size>/<quality>"`` (``"*"`` = any other), per 1M
+    characters of speech, per second of audio. The cache-write and reasoning prices may be
+    left empty (``None``): then they are the defaults ``catalog.selectors.price_snapshot``
+    applies (1.25× and 2× the input price, the output price).
     """
 
     offering = models.ForeignKey(Offering, on_delete=models.CASCADE, related_name="prices")
     effective_from = models.DateTimeField(default=timezone.now)
     input_per_mtok_nanos = models.BigIntegerField(default=0)
     cached_input_per_mtok_nanos = models.BigIntegerField(default=0)
+    cache_write_5m_per_mtok_nanos = models.BigIntegerField(null=True, blank=True)
+    cache_write_1h_per_mtok_nanos = models.BigIntegerField(null=True, blank=True)
     output_per_mtok_nanos = models.BigIntegerField(default=0)
+    reasoning_per_mtok_nanos = models.BigIntegerField(null=True, blank=True)
     per_image_nanos = models.JSONField(default=dict, blank=True)
     per_mchar_nanos = models.BigIntegerField(default=0)
     per_audio_second_nanos = models.BigIntegerField(default=0)
@@ -250,11 +262,13 @@ class Price(models.Model):
 class UsdPrice(NamedTuple):
     """One flat price of a :class:`Price` row as people write it: ``name`` in USD (catalog
     documents, the admin's price form), ``column`` the integer nano-USD field, ``label`` what
-    staff read."""
+    staff read. ``optional``: the column may be empty (``None``, the catalog's default applies);
+    otherwise empty is 0."""
 
     name: str
     column: str
     label: str
+    optional: bool = False
 
 
 #: The flat prices of a :class:`Price` row (``per_image_nanos`` is a mapping, handled apart).
@@ -265,7 +279,25 @@ USD_PRICES: tuple[UsdPrice, ...] = (
         "cached_input_per_mtok_nanos",
         "Cached input, USD per 1M tokens",
     ),
+    UsdPrice(
+        "cache_write_5m_per_mtok_usd",
+        "cache_write_5m_per_mtok_nanos",
+        "Cache write (5 min), USD per 1M tokens; empty: 1.25× input",
+        optional=True,
+    ),
+    UsdPrice(
+        "cache_write_1h_per_mtok_usd",
+        "cache_write_1h_per_mtok_nanos",
+        "Cache write (1 hour), USD per 1M tokens; empty: 2× input",
+        optional=True,
+    ),
     UsdPrice("output_per_mtok_usd", "output_per_mtok_nanos", "Output, USD per 1M tokens"),
+    UsdPrice(
+        "reasoning_per_mtok_usd",
+        "reasoning_per_mtok_nanos",
+        "Reasoning, USD per 1M tokens; empty: the output price",
+        optional=True,
+    ),
     UsdPrice("per_mchar_usd", "per_mchar_nanos", "Speech, USD per 1M characters"),
     UsdPrice("per_audio_second_usd", "per_audio_second_nanos", "Audio, USD per second"),
 )

@@ -14,6 +14,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -86,13 +87,40 @@ def vendor_parameter_rules(stored: Any) -> dict[str, ParamRule]:
     return rules
 
 
+#: The defaults of a price row's empty cache-write prices, as (numerator, denominator) of its
+#: input price: Anthropic's list ratios (a 5-minute write 1.25×, a 1-hour write 2× the input).
+CACHE_WRITE_5M_OF_INPUT = (5, 4)
+CACHE_WRITE_1H_OF_INPUT = (2, 1)
+
+
+def _of_input(input_nanos: int, ratio: tuple[int, int]) -> int:
+    """``ratio`` of ``input_nanos``, rounded up to a whole nano-USD per 1M tokens."""
+    numerator, denominator = ratio
+    return -(-input_nanos * numerator // denominator)
+
+
 def price_snapshot(price: Price) -> PriceSnapshot:
-    """The value type of one price row."""
+    """The value type of one price row, with the catalog's defaults for its empty prices — the
+    one place they are decided: a cache write at :data:`CACHE_WRITE_5M_OF_INPUT` /
+    :data:`CACHE_WRITE_1H_OF_INPUT` of the input price, reasoning at the output price."""
+    write_5m, write_1h = price.cache_write_5m_per_mtok_nanos, price.cache_write_1h_per_mtok_nanos
+    reasoning = price.reasoning_per_mtok_nanos
     return PriceSnapshot(
         price_id=price.pk,
         input_per_mtok_nanos=price.input_per_mtok_nanos,
         cached_input_per_mtok_nanos=price.cached_input_per_mtok_nanos,
+        cache_write_5m_per_mtok_nanos=(
+            _of_input(price.input_per_mtok_nanos, CACHE_WRITE_5M_OF_INPUT)
+            if write_5m is None
+            else write_5m
+        ),
+        cache_write_1h_per_mtok_nanos=(
+            _of_input(price.input_per_mtok_nanos, CACHE_WRITE_1H_OF_INPUT)
+            if write_1h is None
+            else write_1h
+        ),
         output_per_mtok_nanos=price.output_per_mtok_nanos,
+        reasoning_per_mtok_nanos=price.output_per_mtok_nanos if reasoning is None else reasoning,
         per_image_nanos={str(k): int(v) for k, v in (price.per_image_nanos or {}).items()},
         per_mchar_nanos=price.per_mchar_nanos,
         per_audio_second_nanos=price.per_audio_second_nanos,
@@ -199,12 +227,15 @@ def _price_problems(price: Price) -> list[str]:
     amounts = (
         price.input_per_mtok_nanos,
         price.cached_input_per_mtok_nanos,
+        price.cache_write_5m_per_mtok_nanos,
+        price.cache_write_1h_per_mtok_nanos,
         price.output_per_mtok_nanos,
+        price.reasoning_per_mtok_nanos,
         price.per_mchar_nanos,
         price.per_audio_second_nanos,
     )
     problems = validation.per_image_problems(price.per_image_nanos)
-    if any(amount < 0 for amount in amounts):
+    if any(amount is not None and amount < 0 for amount in amounts):
         problems.append("a negative price")
     return problems
 
@@ -488,3 +519,13 @@ def _image_price_range(prices: list[PriceSnapshot]) -> tuple[int, int] | None:
         for key, nanos in price.per_image_nanos.items():
             lowest[key] = min(int(nanos), lowest.get(key, int(nanos)))
     return (min(lowest.values()), max(lowest.values())) if lowest else None
+
+
+def batch_discount_percents(*, offering_ids: Iterable[int]) -> dict[int, int]:
+    """The Batch API's discount (percent, 0-100) of each of ``offering_ids`` that exists
+    (``Offering.batch_discount_percent``, edited by staff in the admin)."""
+    return dict(
+        Offering.objects.filter(pk__in=list(offering_ids)).values_list(
+            "pk", "batch_discount_percent"
+        )
+    )

@@ -16,6 +16,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from batches import api as batches_api  # noqa: E402  (/v1/batches)
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from inference import routes, settlement  # noqa: E402
 from inference.floor import PerLoop  # noqa: E402
@@ -24,7 +25,7 @@ from infra.observability import observe_v1  # noqa: E402
 from vectors import api as vectors_api  # noqa: E402  (/v1/vector/*, /v1/files, /v1/vector_stores)
 
 inference_app = V1App(
-    (*routes.ROUTES, *vectors_api.ROUTES),
+    (*routes.ROUTES, *vectors_api.ROUTES, *batches_api.ROUTES),
     on_unlogged_failure=settlement.log_unheld_failure,
     # Under a server that hands the app no floor (daphne, which drops open streams on SIGTERM
     # without their cleanup): one per loop, whose streams are billed at exit.

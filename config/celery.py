@@ -21,7 +21,13 @@ app = Celery("infrai")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-SCHEDULE_MODULES = ("catalog.tasks", "billing.tasks", "inference.tasks", "vectors.tasks")
+SCHEDULE_MODULES = (
+    "catalog.tasks",
+    "billing.tasks",
+    "inference.tasks",
+    "vectors.tasks",
+    "batches.tasks",
+)
 
 
 @app.on_after_finalize.connect

@@ -38,6 +38,9 @@ LOG_HEADER = [
     "latency_ms",
     "project_id",
     "api_key_id",
+    # Appended, so the earlier columns keep their positions for existing readers.
+    "cache_write_tokens",
+    "reasoning_tokens",
 ]
 
 
@@ -85,6 +88,8 @@ def request_log_csv(
                     r.latency_ms,
                     r.project_id or "",
                     r.api_key_id or "",
+                    r.cache_write_tokens,
+                    r.reasoning_tokens,
                 ]
             )
         sent += len(rows)

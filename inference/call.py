@@ -112,6 +112,10 @@ class Call:
     renewed_at: float = field(default_factory=time.monotonic)  # the hold's last (re)start
     checkpointed_at: float = field(default_factory=time.monotonic)  # its last checkpoint
     note: str = ""  # the log's code for a successful call with a caveat (vendor_usage_invalid)
+    # The request fields the dialect accepted and does not forward to a candidate
+    # (``/v1/messages``' ``thinking`` … for a chat vendor): reported with the model's ignored
+    # parameters when that candidate serves the call.
+    unforwarded: Callable[[Candidate], tuple[str, ...]] = lambda _candidate: ()
 
     @classmethod
     def open(
@@ -146,7 +150,12 @@ class Call:
     def serve(self, candidate: Candidate) -> None:
         """``candidate`` answers (or refused the request itself): record who."""
         self.served_by = candidate
-        self.answer = Served.by(candidate, self.decision)
+        served = Served.by(candidate, self.decision)
+        unforwarded = self.unforwarded(candidate)
+        if unforwarded:
+            ignored = tuple(sorted({*served.ignored_params, *unforwarded}))
+            served = dataclasses.replace(served, ignored_params=ignored)
+        self.answer = served
 
     # --- billing: what the usage costs ----------------------------------------------------
     def charge(

@@ -10,7 +10,8 @@ and sends ``/v1`` straight to it. What it does for every call:
    413 and ``connection: close``; finds the route (404 unknown path, 405 wrong method);
    refuses a query value PostgreSQL cannot take (a NUL, invalid Unicode: 400 naming the
    parameter, :mod:`infra.querystring`);
-   authenticates when the route needs it (a metered route whose handler counts the call
+   authenticates when the route needs it (``Authorization: Bearer``, or ``x-api-key`` as
+   Anthropic's SDKs send it; a metered route whose handler counts the call
    before doing anything for it — ``confirms_key`` — takes the key's remembered context and
    confirms it in the rate-limit round trip: :mod:`accounts.auth`); runs the route's
    ``before_body`` check (uploads count the rate limit and check the wallet here). A refusal
@@ -20,7 +21,8 @@ and sends ``/v1`` straight to it. What it does for every call:
    refuses with 413 + ``connection: close`` the moment the count passes the limit;
 3. runs the handler **in its own task**, so a client disconnect (``http.disconnect``) cancels it
    — a handler's ``finally`` blocks (settlement) run on every exit path;
-4. renders :class:`~config.errors.ApiError` in the OpenAI shape, and a refusal of billing or
+4. renders :class:`~config.errors.ApiError` in the OpenAI shape (or the route's own dialect's,
+   ``render_error``), and a refusal of billing or
    the catalog as :func:`inference.errors.api_error` maps it (the one table); any other
    exception is a 500 with a generic message (details go to the log, never to the caller).
 
@@ -236,7 +238,18 @@ def error_response(exc: ApiError, headers: dict[str, str] | None = None) -> Resp
     )
 
 
+def credentials(headers: dict[str, str]) -> str | None:
+    """The ``Authorization`` header of a call, or — without one — its ``x-api-key`` (how
+    Anthropic's SDKs send a key) as ``Bearer <key>``."""
+    authorization = headers.get("authorization")
+    if authorization is None and (api_key := headers.get("x-api-key")):
+        return f"Bearer {api_key}"
+    return authorization
+
+
 Handler = Callable[[ApiRequest], Awaitable[Response | StreamingResponse]]
+# Renders a refusal on a route as its dialect shapes errors (OpenAI's: :func:`error_response`).
+ErrorRenderer = Callable[[ApiError], Response]
 # Runs after authentication and before any byte of the body is read; raises ApiError to refuse.
 BeforeBody = Callable[[ApiRequest], Awaitable[None]]
 
@@ -252,6 +265,8 @@ class Route:
     # Every handler of the route counts the call (inference.stages.admit, which confirms the
     # key) before it serves, holds or writes anything for the caller.
     confirms_key: bool = False
+    # How this route's refusals are rendered once the route is found (a dialect's own shape).
+    render_error: ErrorRenderer = error_response
 
     @property
     def max_body_bytes(self) -> int:
@@ -267,6 +282,7 @@ def route(
     body_limit_setting: str = "INFRAI_MAX_BODY_BYTES",
     before_body: BeforeBody | None = None,
     confirms_key: bool = False,
+    render_error: ErrorRenderer = error_response,
 ) -> Route:
     """The route of ``path`` (``{name}`` captures one segment; ``{name:path}`` the rest), for
     an endpoint's route table.
@@ -277,7 +293,8 @@ def route(
     ``confirms_key``: every handler counts the call (:func:`inference.stages.admit`) before it
     serves, holds or writes anything for the caller, so the key is authenticated from this
     process's memory and confirmed there (one Redis round trip fewer); a route without a body
-    check only.
+    check only. ``render_error`` renders the route's refusals, from authentication on (the
+    OpenAI shape unless the dialect has its own, as ``/v1/messages`` does).
     """
     if confirms_key and before_body is not None:
         raise ValueError("a before_body check would run on an unconfirmed key")
@@ -291,6 +308,7 @@ def route(
         body_limit_setting,
         before_body,
         confirms_key,
+        render_error,
     )
 
 
@@ -389,6 +407,7 @@ class V1App:
             request.floor = self.floor_for()
         found = find(self.routes, request.path)
         limit = body_limit(found)
+        render_error = found[0].render_error if found is not None else error_response
         try:
             if _declared_length(headers) > limit:
                 raise too_large(limit)
@@ -397,7 +416,7 @@ class V1App:
                 raise query_value_error(param)
             if matched.authenticated:
                 request.key = await authenticate(
-                    headers.get("authorization"), confirm=not matched.confirms_key
+                    credentials(headers), confirm=not matched.confirms_key
                 )
                 request.key_confirmed = not matched.confirms_key
             if matched.before_body is not None:
@@ -405,25 +424,30 @@ class V1App:
         except Exception as exc:
             refused = api_error(exc)
             if refused is None:
-                await _respond(send, request, error_response(_unexpected(request, exc)))
+                await _respond(send, request, render_error(_unexpected(request, exc)))
                 return
             self._log_failure(request, refused)
-            await _respond(send, request, error_response(refused))
+            await _respond(send, request, render_error(refused))
             return
         body = await _read_body(receive, send, request, limit)
         if body is None:
             return
         request.body = body
-        await self._serve_until_disconnect(receive, send, request, handler)
+        await self._serve_until_disconnect(receive, send, request, handler, render_error)
 
     async def _serve_until_disconnect(
-        self, receive: Any, send: Any, request: ApiRequest, handler: Handler
+        self,
+        receive: Any,
+        send: Any,
+        request: ApiRequest,
+        handler: Handler,
+        render_error: ErrorRenderer,
     ) -> None:
         """Run the handler in its own task; a client disconnect cancels it (module
         docstring, step 3) and waits for its cleanup, which a second cancellation cannot
         abort."""
         loop = asyncio.get_running_loop()
-        task = loop.create_task(self._serve(send, request, handler))
+        task = loop.create_task(self._serve(send, request, handler, render_error))
         left = loop.create_task(_disconnected(receive))
         await asyncio.wait((task, left), return_when=asyncio.FIRST_COMPLETED)
         if task.done():
@@ -433,20 +457,26 @@ class V1App:
         task.cancel()
         await asyncio.wait((task,))
 
-    async def _serve(self, send: Any, request: ApiRequest, handler: Handler) -> None:
+    async def _serve(
+        self,
+        send: Any,
+        request: ApiRequest,
+        handler: Handler,
+        render_error: ErrorRenderer,
+    ) -> None:
         try:
             response = await handler(request)
             if request.key is not None and not request.key_confirmed and response.status < 400:
                 # A confirms_key route answered without counting the call: a bug; never serve
                 # an unconfirmed key (the 401 of a key revoked meanwhile raises here).
                 log.error("%s %s answered without confirming its key", request.method, request.path)
-                request.key = await authenticate(request.headers.get("authorization"))
+                request.key = await authenticate(credentials(request.headers))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             failure = api_error(exc) or _unexpected(request, exc)
             self._log_failure(request, failure)
-            response = error_response(failure)
+            response = render_error(failure)
         response.headers = {**_id_headers(request), **response.headers}
         await _send(send, response)
 

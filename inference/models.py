@@ -58,9 +58,14 @@ class RequestLog(models.Model):
     http_status = models.PositiveSmallIntegerField()
     error_code = models.CharField(max_length=64, blank=True)
     error_message = models.CharField(max_length=500, blank=True)
-    input_tokens = models.IntegerField(default=0)
+    input_tokens = models.IntegerField(default=0)  # every prompt token, cache reads/writes too
     cached_input_tokens = models.IntegerField(default=0)
+    # Prompt tokens written to the vendor's prompt cache (5-minute and 1-hour writes), and
+    # the part of output_tokens that was hidden reasoning; the database default as for
+    # usage_source (a process of the previous release names no such column).
+    cache_write_tokens = models.IntegerField(default=0, db_default=0)
     output_tokens = models.IntegerField(default=0)
+    reasoning_tokens = models.IntegerField(default=0, db_default=0)
     usage_estimated = models.BooleanField(default=False)
     # The database default keeps a process of the previous release, which names no such
     # column in its INSERT, writing rows while the new one rolls out.
@@ -97,3 +102,49 @@ class RequestLog(models.Model):
 
     def __str__(self) -> str:
         return self.request_id
+
+
+class ResponseStatus(models.TextChoices):
+    """A stored ``/v1/responses`` response's status, as OpenAI names it."""
+
+    QUEUED = "queued", "Queued"
+    IN_PROGRESS = "in_progress", "In progress"
+    COMPLETED = "completed", "Completed"
+    INCOMPLETE = "incomplete", "Incomplete"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class StoredResponse(models.Model):
+    """A Responses API response kept for ``previous_response_id``, ``GET``, ``input_items`` and
+    background polling (:mod:`inference.responses.store` reads and writes it on the hot path).
+
+    Written synchronously after the call's settlement, before the answer leaves; scoped to the
+    project of the key that made it (plain ids, as the request log). ``context`` is the
+    conversation before this call's input (the chain of ``previous_response_id``, flattened:
+    a later response never needs an earlier row), ``input_items`` this call's own input,
+    ``body`` the ``response`` object as last rendered (its output, usage and ``infrai``).
+    Deleted past ``INFRAI_RESPONSES_RETENTION_DAYS`` (:mod:`inference.tasks`)."""
+
+    response_id = models.CharField(max_length=40)  # unique: Meta.constraints
+    request_id = models.CharField(max_length=40)
+    organization_id = models.BigIntegerField()
+    project_id = models.BigIntegerField()
+    api_key_id = models.BigIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+    status = models.CharField(max_length=16, choices=ResponseStatus.choices)
+    background = models.BooleanField(default=False)
+    cancel_requested = models.BooleanField(default=False)
+    model = models.CharField(max_length=120, blank=True)
+    context = models.JSONField(default=list, blank=True)
+    input_items = models.JSONField(default=list, blank=True)
+    body = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        indexes = [BrinIndex(fields=["created_at"], name="storedresponse_created_brin")]
+        constraints = [
+            models.UniqueConstraint(fields=["response_id"], name="uniq_storedresponse_response"),
+        ]
+
+    def __str__(self) -> str:
+        return self.response_id

@@ -31,14 +31,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from django.conf import settings
 
-from inference import settlement, stages
+from inference import render, settlement, stages
 from inference.call import Call
+from inference.http import StreamingResponse
 from inference.models import RequestStatus
 from inference.usage import Billed
 from inference.vendors.errors import VendorError
@@ -202,6 +203,33 @@ async def _settle(
         status, code = RequestStatus.OK, billed.note
     await close_upstream()
     await settlement.finish(call, status=status, http_status=200, error_code=code)
+
+
+def respond(
+    call: Call,
+    first: Any,
+    upstream: AsyncGenerator[Any, None],
+    meter: Meter,
+    *,
+    then: Callable[[AsyncIterator[bytes]], AsyncIterator[bytes]] | None = None,
+) -> StreamingResponse:
+    """The streamed answer of ``call``: ``first`` and the rest of ``upstream`` relayed through
+    ``meter`` (:func:`relay`; ``then`` wraps the relayed bytes, e.g. to store them), with the
+    headers of a stream. A response that ends before the relay started (the client left before
+    the first byte) still closes the upstream and settles what was delivered, as a 499."""
+
+    async def on_close() -> None:
+        await upstream.aclose()
+        if not call.finished:
+            call.charge(meter.usage(Outcome.CANCELLED)[0], estimated=True)
+            await settlement.finish(call, status=RequestStatus.CANCELLED, http_status=499)
+
+    chunks = relay(call, prepend(first, upstream), meter, upstream.aclose)
+    if then is not None:
+        chunks = then(chunks)
+    return StreamingResponse(
+        chunks, headers=render.stream_headers(call, final=False), on_close=on_close
+    )
 
 
 class prepend:

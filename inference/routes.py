@@ -6,6 +6,7 @@ from inference.endpoints import (
     chat,
     embeddings,
     images,
+    messages,
     models,
     moderations,
     openapi,
@@ -16,6 +17,7 @@ from inference.http import Route
 ROUTES: tuple[Route, ...] = (
     *chat.ROUTES,
     *responses.ROUTES,
+    *messages.ROUTES,
     *embeddings.ROUTES,
     *moderations.ROUTES,
     *images.ROUTES,

@@ -29,6 +29,7 @@ from django.db import models
 
 from billing import journal
 from billing.services import (
+    ahold_carve,
     ahold_open,
     aholds_renew,
     aprocess_seen,
@@ -52,8 +53,10 @@ log = logging.getLogger(__name__)
 
 # --- the hold ---------------------------------------------------------------------------------
 @observability.traced("infrai.hold")
-async def open_hold(call: Call, amount: int) -> None:
-    """Hold ``amount`` nano-USD for ``call`` on its wallet (and budgets).
+async def open_hold(call: Call, amount: int, *, within: str | None = None) -> None:
+    """Hold ``amount`` nano-USD for ``call`` on its wallet (and budgets) — or, with
+    ``within``, carve it out of the open hold of request ``within`` (a batch's reservation:
+    :func:`billing.services.ahold_carve`; refused when that hold has less left).
 
     A limit that cannot cover it raises :class:`billing.errors.InsufficientFunds` as it is
     (nothing held). Refused with a 503 ``server_shutting_down`` while the server drains. The
@@ -72,6 +75,13 @@ async def open_hold(call: Call, amount: int) -> None:
             amount_nanos=amount,
             budget_nanos=key.monthly_budget_nanos,
             key_budget_nanos=key.key_budget_nanos,
+            ttl_s=settings.INFRAI_HOLD_TTL_S,
+        )
+        if within is None
+        else ahold_carve(
+            parent_request_id=within,
+            request_id=call.request_id,
+            amount_nanos=amount,
             ttl_s=settings.INFRAI_HOLD_TTL_S,
         )
     )
@@ -194,7 +204,9 @@ def log_row(call: Call, *, status: RequestStatus, http_status: int, error_code: 
         error_code=error_code[:64],
         input_tokens=call.usage.input_tokens,
         cached_input_tokens=call.usage.cached_input_tokens,
+        cache_write_tokens=call.usage.cache_write_5m_tokens + call.usage.cache_write_1h_tokens,
         output_tokens=call.usage.output_tokens,
+        reasoning_tokens=call.usage.reasoning_tokens,
         usage_estimated=call.usage_estimated,
         usage_source=call.usage_source,
         cost_nanos=call.cost_nanos,

@@ -6,11 +6,13 @@ import asyncio
 import datetime as dt
 
 from celery import shared_task
+from django.conf import settings
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from accounts.models import Organization
 from billing.models import Hold, HoldStatus, Process
-from inference.models import RequestLog, RequestStatus
+from inference.models import RequestLog, RequestStatus, ResponseStatus, StoredResponse
 
 # A hold whose process was seen alive after it expired may still be settled from that
 # process's journal; its call is logged ``abandoned`` only once this long has passed.
@@ -80,7 +82,54 @@ def replay_journals_task() -> int:
     return asyncio.run(run())
 
 
+def expire_stored_responses() -> tuple[int, int]:
+    """Delete stored responses older than their organization's retention
+    (``Organization.response_retention_days``, else ``INFRAI_RESPONSES_RETENTION_DAYS``), and mark
+    ``failed`` the background responses still ``queued``/``in_progress`` long after any
+    generation could have ended (``INFRAI_MAX_STREAM_S`` plus the hold TTL: their process
+    died; the hold sweeper settled their hold). Returns (deleted, failed)."""
+    now = timezone.now()
+    default = int(settings.INFRAI_RESPONSES_RETENTION_DAYS)
+    own = dict(
+        Organization.objects.filter(response_retention_days__isnull=False).values_list(
+            "pk", "response_retention_days"
+        )
+    )
+    deleted, _ = (
+        StoredResponse.objects.exclude(organization_id__in=own)
+        .filter(created_at__lt=now - dt.timedelta(days=default))
+        .delete()
+    )
+    for organization_id, days in own.items():
+        gone, _ = StoredResponse.objects.filter(
+            organization_id=organization_id, created_at__lt=now - dt.timedelta(days=days or 0)
+        ).delete()
+        deleted += gone
+    stale = now - dt.timedelta(
+        seconds=float(settings.INFRAI_MAX_STREAM_S) + float(settings.INFRAI_HOLD_TTL_S)
+    )
+    failed = 0
+    running = (ResponseStatus.QUEUED, ResponseStatus.IN_PROGRESS)
+    for row in StoredResponse.objects.filter(status__in=running, created_at__lt=stale):
+        error = {"code": "process_died", "message": "The process generating it stopped."}
+        row.body = {**row.body, "status": ResponseStatus.FAILED.value, "error": error}
+        row.status = ResponseStatus.FAILED
+        row.save(update_fields=["status", "body"])
+        failed += 1
+    return deleted, failed
+
+
+@shared_task(name="inference.expire_stored_responses", ignore_result=True)
+def expire_stored_responses_task() -> tuple[int, int]:
+    """:func:`expire_stored_responses` (beat, hourly)."""
+    return expire_stored_responses()
+
+
 BEAT_SCHEDULE = {
+    "inference.expire_stored_responses": {
+        "task": "inference.expire_stored_responses",
+        "schedule": 3600.0,
+    },
     "inference.log_abandoned_calls": {
         "task": "inference.log_abandoned_calls",
         "schedule": 60.0,

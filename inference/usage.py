@@ -1,10 +1,10 @@
 """Reading the usage a vendor reports, and deciding whether to bill it.
 
 A vendor's counts are first checked for form at this boundary: non-negative integers (not
-booleans, not floats), at most :data:`MAX_COUNT` each, cached ≤ prompt, reasoning ≤
-completion. Anything else raises :class:`InvalidUsage`; callers then bill their own count of
-what was delivered and note it in the request log (``vendor_usage_invalid``) — never a
-negative cost, never a 500 after the vendor succeeded.
+booleans, not floats), at most :data:`MAX_COUNT` each, cache reads + writes ≤ prompt, 1-hour
+writes ≤ writes, reasoning ≤ completion. Anything else raises :class:`InvalidUsage`; callers
+then bill their own count of what was delivered and note it in the request log
+(``vendor_usage_invalid``) — never a negative cost, never a 500 after the vendor succeeded.
 
 Well-formed counts are then checked against what the gateway itself relayed
 (:func:`reconcile`, the rule in ``docs/billing.md``, "Vendor usage against the relay"): the
@@ -15,7 +15,7 @@ says so (``usage_source``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from inference.models import UsageSource
@@ -59,12 +59,16 @@ def stream_cut_tokens(output_cap: int, choices: int = 1) -> int:
 
 
 class UsageReport(NamedTuple):
-    """A vendor's usage as reported: the billable counts and the completion tokens it says
-    were hidden reasoning (``completion_tokens_details.reasoning_tokens``, part of
-    ``output_tokens``)."""
+    """A vendor's usage as reported (:func:`chat_usage_report`): the billable counts, with the
+    completion tokens it says were hidden reasoning (``completion_tokens_details.
+    reasoning_tokens``) in ``usage.reasoning_tokens``, part of ``usage.output_tokens``."""
 
     usage: Usage
-    reasoning_tokens: int = 0
+
+    @property
+    def reasoning_tokens(self) -> int:
+        """The hidden reasoning tokens of ``usage.output_tokens``."""
+        return self.usage.reasoning_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +114,8 @@ def reconcile(
     (``None``: absent, or malformed with ``invalid``) and ``relayed`` counted by us. The rule:
 
     - prompt: the vendor's ``prompt_tokens`` if within the band of our text-only count below
-      and of our whole count above (:func:`_band`), else our whole count (cached tokens kept,
-      at most the new prompt);
+      and of our whole count above (:func:`_band`), else our whole count (the reported cache
+      reads and writes kept, as far as the new prompt holds them);
     - output: the vendor's ``completion_tokens`` if its visible part (completion − reasoning)
       is within the band of our count of the delivered text and the whole is at most the
       output cap + :data:`OUTPUT_CAP_SLACK` per choice; else our count plus the reported
@@ -128,7 +132,8 @@ def reconcile(
         usage, reasoning = Usage(), 0
         prompt_ok = output_ok = False
     else:
-        usage, reasoning = reported
+        usage = reported.usage
+        reasoning = usage.reasoning_tokens
         prompt_ok = prompt_low <= usage.input_tokens <= prompt_high
         low, high = _band(relayed.output_tokens)
         cap_high = relayed.output_cap + OUTPUT_CAP_SLACK * relayed.choices
@@ -138,15 +143,14 @@ def reconcile(
     if prompt_ok and output_ok:
         return Billed(usage, False, note)
     source = UsageSource.COUNTED
-    prompt, cached = usage.input_tokens, usage.cached_input_tokens
+    billed = usage
     if not prompt_ok:
-        prompt, cached = relayed.prompt_tokens, min(cached, relayed.prompt_tokens)
-    output = usage.output_tokens
+        billed = _with_prompt(billed, relayed.prompt_tokens)
     if not output_ok:
         output = relayed.output_tokens + reasoning
         if output > relayed.output_cap:
             output, source = relayed.output_cap, UsageSource.CAPPED
-    billed = Usage(input_tokens=prompt, cached_input_tokens=cached, output_tokens=output)
+        billed = replace(billed, output_tokens=output, reasoning_tokens=min(reasoning, output))
     if invalid:
         disputed, note = True, INVALID_USAGE_NOTE
     elif reported is not None:
@@ -174,14 +178,29 @@ def counted(
     output, source = relayed.output_tokens, UsageSource.COUNTED
     if output > relayed.output_cap:
         output, source = relayed.output_cap, UsageSource.CAPPED
-    prompt, cached = relayed.prompt_tokens, 0
+    prompt = Usage(input_tokens=relayed.prompt_tokens)
     if running is not None:
         low, _ = _band(relayed.prompt_text_tokens)
         _, high = _band(relayed.prompt_tokens)
         if low <= running.usage.input_tokens <= high:
-            prompt, cached = running.usage.input_tokens, running.usage.cached_input_tokens
-    usage = Usage(input_tokens=prompt, cached_input_tokens=cached, output_tokens=output)
+            prompt = running.usage  # its prompt split: cache reads and writes
+    usage = replace(prompt, output_tokens=output, reasoning_tokens=0)
     return Billed(usage, True, note, source, disputed)
+
+
+def _with_prompt(usage: Usage, prompt: int) -> Usage:
+    """``usage`` with ``prompt`` prompt tokens in place of its own: its cache reads, then its
+    cache writes (1-hour first), kept as far as ``prompt`` holds them."""
+    cached = min(usage.cached_input_tokens, prompt)
+    hour = min(usage.cache_write_1h_tokens, prompt - cached)
+    minutes = min(usage.cache_write_5m_tokens, prompt - cached - hour)
+    return replace(
+        usage,
+        input_tokens=prompt,
+        cached_input_tokens=cached,
+        cache_write_5m_tokens=minutes,
+        cache_write_1h_tokens=hour,
+    )
 
 
 class InvalidUsage(ValueError):
@@ -206,8 +225,16 @@ def chat_usage(body: Any) -> Usage | None:
 
 
 def chat_usage_report(body: Any) -> UsageReport | None:
-    """:func:`chat_usage` with the reasoning tokens the usage says were hidden
-    (``completion_tokens_details.reasoning_tokens``; 0 when absent)."""
+    """:func:`chat_usage` as a :class:`UsageReport`.
+
+    The usage is read in OpenAI's semantics — every adapter translates its vendor's into them
+    (``docs/billing.md``, "Prompt cache and reasoning tokens"): ``prompt_tokens`` counts every
+    prompt token; of them ``prompt_tokens_details.cached_tokens`` were cache reads and
+    ``prompt_tokens_details.cache_write_tokens`` cache writes, of which
+    ``prompt_tokens_details.cache_write_1h_tokens`` (infrai's extension, which the Anthropic
+    adapter fills; OpenAI's format has no cache lifetimes) were written for an hour, the rest
+    for five minutes; ``completion_tokens`` counts every generated token, of them
+    ``completion_tokens_details.reasoning_tokens`` hidden reasoning. Absent details are 0."""
     if not isinstance(body, dict):
         return None
     usage = body.get("usage")
@@ -222,9 +249,15 @@ def chat_usage_report(body: Any) -> UsageReport | None:
         raise InvalidUsage("prompt_tokens_details is not an object")
     prompt = _count(usage.get("prompt_tokens"), "prompt_tokens")
     cached = _count(details.get("cached_tokens"), "cached_tokens", default=0)
+    written = _count(details.get("cache_write_tokens"), "cache_write_tokens", default=0)
+    hour = _count(details.get("cache_write_1h_tokens"), "cache_write_1h_tokens", default=0)
     completion = _count(usage.get("completion_tokens"), "completion_tokens", default=0)
-    if cached > prompt:
-        raise InvalidUsage(f"cached_tokens {cached} > prompt_tokens {prompt}")
+    if cached + written > prompt:
+        raise InvalidUsage(
+            f"cached_tokens {cached} + cache_write_tokens {written} > prompt_tokens {prompt}"
+        )
+    if hour > written:
+        raise InvalidUsage(f"cache_write_1h_tokens {hour} > cache_write_tokens {written}")
     output_details = usage.get("completion_tokens_details") or {}
     if not isinstance(output_details, dict):
         raise InvalidUsage("completion_tokens_details is not an object")
@@ -232,16 +265,29 @@ def chat_usage_report(body: Any) -> UsageReport | None:
     if reasoning > completion:
         raise InvalidUsage(f"reasoning_tokens {reasoning} > completion_tokens {completion}")
     return UsageReport(
-        Usage(input_tokens=prompt, cached_input_tokens=cached, output_tokens=completion),
-        reasoning,
+        Usage(
+            input_tokens=prompt,
+            cached_input_tokens=cached,
+            cache_write_5m_tokens=written - hour,
+            cache_write_1h_tokens=hour,
+            output_tokens=completion,
+            reasoning_tokens=reasoning,
+        )
     )
 
 
 def openai_chat_usage(usage: Usage) -> dict[str, Any]:
-    """``usage`` in the shape OpenAI's chat API reports it."""
+    """``usage`` in the shape OpenAI's chat API reports it: the cache reads as
+    ``prompt_tokens_details.cached_tokens``, the cache writes (both lifetimes) as its
+    ``cache_write_tokens``, the hidden reasoning as ``completion_tokens_details.
+    reasoning_tokens``."""
     return {
         "prompt_tokens": usage.input_tokens,
         "completion_tokens": usage.output_tokens,
         "total_tokens": usage.input_tokens + usage.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_input_tokens},
+        "prompt_tokens_details": {
+            "cached_tokens": usage.cached_input_tokens,
+            "cache_write_tokens": usage.cache_write_5m_tokens + usage.cache_write_1h_tokens,
+        },
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
     }

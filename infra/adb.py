@@ -17,7 +17,8 @@ positional ``$n`` by :class:`Statement`. A JSON column takes its value as JSON t
 query.
 
 The pool reads the connection parameters from ``settings.DATABASES["default"]`` when first
-used on a loop (so tests' database names apply).
+used on a loop (so tests' database names apply). Behind PgBouncer in transaction mode
+(``INFRAI_DB_POOLER=transaction``) the statement cache is off: each statement is parsed unnamed.
 """
 
 from __future__ import annotations
@@ -100,6 +101,10 @@ def _connect_kwargs() -> dict[str, Any]:
         params["ssl"] = options["sslmode"]
     if "application_name" in options:  # ``?application_name=…`` in DATABASE_URL, as psycopg
         params["server_settings"] = {"application_name": str(options["application_name"])}
+    if settings.INFRAI_DB_POOLER == "transaction":
+        # Behind a pooler in transaction mode a named prepared statement may be gone on the next
+        # transaction's server connection: every statement is then parsed unnamed, each time.
+        params["statement_cache_size"] = 0
     return {k: v for k, v in params.items() if v not in (None, "")}
 
 

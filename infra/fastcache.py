@@ -90,6 +90,20 @@ async def delete(key: str) -> None:
     await _aclient().execute(("DEL", _prefix() + key))
 
 
+async def append(key: str, values: list[str], ttl_s: float) -> None:
+    """Append ``values`` (text, stored as given) to the list at ``key`` and (re)start its
+    ``ttl_s``; one round trip."""
+    if values:
+        name = _prefix() + key
+        await _aclient().execute(("RPUSH", name, *values), ("EXPIRE", name, max(int(ttl_s), 1)))
+
+
+async def tail(key: str, start: int) -> list[str]:
+    """The values of the list at ``key`` from index ``start`` on (``[]`` when none)."""
+    (values,) = await _aclient().execute(("LRANGE", _prefix() + key, start, -1))
+    return list(values or [])
+
+
 async def get_many(keys: list[str]) -> dict[str, Any]:
     """The JSON values of ``keys`` that exist, in one round trip (``MGET``)."""
     if not keys:

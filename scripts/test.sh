@@ -15,5 +15,5 @@ if [ -z "${DATABASE_URL:-}" ] || [ -z "${REDIS_URL:-}" ]; then
 fi
 $PY -m ruff check .
 $PY -m ruff format --check .
-$PY -m mypy accounts billing catalog config infra dashboard inference management money vectors gpu_backend
+$PY -m mypy accounts billing catalog config infra dashboard inference management money vectors batches gpu_backend
 exec $PY -m pytest "$@"

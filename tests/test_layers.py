@@ -32,6 +32,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inference",),
     # Vector stores (``/v1/vector_stores``), built on inference's call path.
     ("vectors",),
+    # The Batch API (``/v1/batches``): lines of a stored file run through inference's call path.
+    ("batches",),
     # The customer dashboard.
     ("dashboard",),
     # The management API (``/v1/organization/…``) reuses the dashboard's tenancy rules.

@@ -31,7 +31,7 @@ def test_error_catalog_lists_every_code_the_code_can_produce():
 
     documented = set(re.findall(r"`([a-z_]+)`", (ROOT / "docs" / "errors.md").read_text()))
     produced = set()
-    for app in ("accounts", "billing", "catalog", "config", "inference", "dashboard"):
+    for app in ("accounts", "billing", "catalog", "config", "inference", "dashboard", "batches"):
         for path in (ROOT / app).rglob("*.py"):
             if "gpu_backend" in path.parts or "migrations" in path.parts:
                 continue  # the gpu-backend is a vendor: its errors never reach our callers as-is

@@ -45,10 +45,11 @@ from accounts.services import (
     organization_create,
     project_create,
 )
+from batches.models import Batch, BatchStatus
 from billing.models import EntryKind, LedgerEntry
 from billing.services import wallet_credit
 from config.asgi import inference_app
-from inference.models import RequestLog
+from inference.models import RequestLog, StoredResponse
 from tests.dashboard.factories import request_log_row
 from tests.dashboard.test_live import _connect
 from tests.fakes.vendors import FakeVendor
@@ -409,6 +410,8 @@ def test_every_v1_route_with_the_other_organizations_ids_shows_none_of_its_data(
     values = {
         "model": f"{bravo.org.slug}/{bravo.project.pk}",
         "token": bravo.request_id,
+        "response_id": bravo_response(bravo),
+        "batch_id": bravo_batch(bravo),
         **vector_ids,
     }
     headers = {
@@ -455,6 +458,8 @@ def test_every_v1_route_with_the_other_organizations_ids_shows_none_of_its_data(
     assert logged_soon(answer["infrai"]["request_id"], alpha.org.pk)
     assert snapshot(bravo) == before
     assert bravo_vectors_intact(vector_ids)
+    assert StoredResponse.objects.get(response_id=values["response_id"]).status == "completed"
+    assert Batch.objects.get(public_id=values["batch_id"]).status == BatchStatus.VALIDATING
     # Alpha's key never reads or writes Bravo's rows: Bravo's request log holds only its own.
     assert set(
         RequestLog.objects.filter(organization_id=bravo.org.pk).values_list("api_key_id", flat=True)
@@ -482,6 +487,41 @@ def bravo_vectors(t: Tenant) -> dict[str, str]:
         "vector_store_id": store.public_id,
         "file_id": stored.public_id,
     }
+
+
+def bravo_response(t: Tenant) -> str:
+    """A stored Responses API response of ``t`` (its id: the ``response_id`` path value)."""
+    response_id = "resp_" + t.request_id.removeprefix("req_")
+    output = [{"type": "message", "role": "assistant", "content": [{"text": t.request_id}]}]
+    StoredResponse.objects.create(
+        response_id=response_id,
+        request_id=t.request_id,
+        organization_id=t.org.pk,
+        project_id=t.project.pk,
+        api_key_id=t.key.pk,
+        status="completed",
+        input_items=[{"type": "message", "id": "msg_1", "role": "user", "content": t.org.slug}],
+        body={"id": response_id, "object": "response", "status": "completed", "output": output},
+    )
+    return response_id
+
+
+def bravo_batch(t: Tenant) -> str:
+    """A batch of ``t`` (its id: the ``batch_id`` path value), never run."""
+    from batches.services import NewLine, batch_create, new_batch_id
+
+    body = {"model": "test-small", "messages": [{"role": "user", "content": t.request_id}]}
+    line = NewLine(number=1, custom_id=t.request_id, body=body, reserved_nanos=0)
+    return batch_create(
+        public_id=new_batch_id(),
+        organization_id=t.org.pk,
+        project_id=t.project.pk,
+        api_key_id=t.key.pk,
+        endpoint="/v1/chat/completions",
+        input_file_id="file-" + t.request_id,
+        metadata=None,
+        lines=[line],
+    ).public_id
 
 
 def bravo_vectors_intact(values: dict[str, str]) -> bool:

@@ -678,3 +678,73 @@ def holds_expire(*, now: dt.datetime | None = None, limit: int = 1000) -> int:
         .values_list("pk", flat=True)[:limit]
     )
     return sum(hold_expire(hold_id=pk) for pk in ids)
+
+
+# --- carve: part of an open hold becomes a hold of its own ------------------------------------
+
+# One statement: the parent hold (locked first, as every money statement locks a hold first)
+# gives up ``amount`` and a new open hold of that amount is written for ``rid`` on the same
+# wallet, project, key and month. The wallet's ``held_nanos`` and the project's counter are
+# untouched — the money was reserved already — so nothing else is locked.
+_CARVE = f"""
+WITH p AS (
+    UPDATE {HOLD}
+       SET amount_nanos = amount_nanos - %(amount)s::bigint
+     WHERE request_id = %(parent)s::varchar AND status = 'open'
+       AND amount_nanos >= %(amount)s::bigint
+    RETURNING wallet_id, project_id, api_key_id, month
+)
+INSERT INTO {HOLD} (wallet_id, project_id, api_key_id, request_id, amount_nanos, status,
+                    month, created_at, expires_at, process)
+SELECT p.wallet_id, p.project_id, p.api_key_id, %(rid)s::varchar, %(amount)s::bigint, 'open',
+       p.month, %(now)s::timestamptz, %(expires)s::timestamptz, %(process)s::varchar
+  FROM p
+RETURNING id
+"""
+_CARVE_LEFT = f"""
+SELECT CASE WHEN status = 'open' THEN amount_nanos ELSE 0 END FROM {HOLD}
+ WHERE request_id = %(parent)s::varchar
+"""
+
+
+async def ahold_carve(
+    *, parent_request_id: str, request_id: str, amount_nanos: int, ttl_s: int = 900
+) -> None:
+    """Move ``amount_nanos`` of the open hold of ``parent_request_id`` (a reservation made
+    for many calls, e.g. a batch's) into a new open hold of ``request_id``, in one statement.
+
+    The wallet's available balance does not change (the money stays reserved, now under two
+    holds), so no other call can take it in between. The new hold is exactly like one
+    :func:`ahold_open` opens — same wallet, project, key and month as its parent, expiring
+    after ``ttl_s`` unless renewed — and **must be settled** like one (:func:`asettle`); the
+    parent keeps the rest, which its own settlement releases.
+
+    - Returns ``None``: the hold of ``request_id`` is open.
+    - :class:`~billing.errors.InsufficientFunds` (``WALLET``; ``available_nanos``: what the
+      parent has left, 0 when it is closed or unknown): the parent cannot give ``amount_nanos``;
+      nothing was written.
+    - :class:`HoldExists`: ``request_id`` was used before.
+    """
+    if amount_nanos < 0:
+        raise ValueError("amount_nanos must be >= 0")
+    now = timezone.now()
+    p = {
+        "parent": parent_request_id,
+        "rid": request_id,
+        "amount": amount_nanos,
+        "now": now,
+        "expires": now + dt.timedelta(seconds=ttl_s),
+        "process": process_token(),
+    }
+    try:
+        async with adb.connection() as conn:
+            if await _afetchrow(conn, _CARVE, p) is not None:
+                return
+            row = await _afetchrow(conn, _CARVE_LEFT, p)
+    except adb.UniqueViolation as exc:
+        raise HoldExists(f"a hold for request {request_id} already exists") from exc
+    raise InsufficientFunds(
+        limit=FundsLimit.WALLET,
+        needed_nanos=amount_nanos,
+        available_nanos=int(row[0] or 0) if row is not None else 0,
+    )

@@ -103,7 +103,13 @@ def _add_offering(apps, model, spec):
     )
     price_model = apps.get_model("catalog", "Price")
     for price in spec.get("prices") or []:
-        amounts = {p.column: _usd_nanos(price.get(p.name, "0"), p.name) for p in USD_PRICES}
+        # Only the prices this historical model has (later migrations add columns).
+        columns = {f.name for f in price_model._meta.get_fields()}
+        amounts = {
+            p.column: _usd_nanos(price.get(p.name, "0"), p.name)
+            for p in USD_PRICES
+            if p.column in columns
+        }
         price_model.objects.create(
             offering=offering,
             effective_from=_moment(price["effective_from"], "effective_from"),

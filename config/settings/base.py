@@ -113,6 +113,17 @@ DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
     # 300 s).
     "reconnect_timeout": 2,
 }
+# A connection pooler between infrai and PostgreSQL: "" (none) or "transaction" — PgBouncer (or
+# any pooler) in transaction mode, where consecutive transactions of one client connection may
+# run on different server connections, so no statement may stay prepared on one: asyncpg's
+# statement cache is off (infra/adb.py) and psycopg never prepares server-side. Everything else
+# the platform does works in transaction mode (no session state, no LISTEN, advisory locks only
+# transaction-level). docs/deploy.md "Behind PgBouncer".
+INFRAI_DB_POOLER = env.str("INFRAI_DB_POOLER", default="")
+if INFRAI_DB_POOLER not in ("", "transaction"):
+    raise ImproperlyConfigured("INFRAI_DB_POOLER must be empty or 'transaction'")
+if INFRAI_DB_POOLER == "transaction":
+    DATABASES["default"]["OPTIONS"]["prepare_threshold"] = None
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
@@ -213,6 +224,10 @@ INFRAI_HOLD_TTL_S = env.int("INFRAI_HOLD_TTL_S", default=900)
 # The longest a stream may run; it then ends with an error event, billed for what it delivered
 # (plus at most one vendor read timeout of silence before the check).
 INFRAI_MAX_STREAM_S = env.float("INFRAI_MAX_STREAM_S", default=1800.0)
+# How many days a stored Responses API response (store: true, the default) is kept for
+# previous_response_id, GET and input_items; a beat task deletes older ones. Organizations
+# that keep no prompts (log_prompts off) store none at all (zero retention).
+INFRAI_RESPONSES_RETENTION_DAYS = env.int("INFRAI_RESPONSES_RETENTION_DAYS", default=30)
 # On SIGTERM (python -m config.server): how long calls in flight may finish before they are
 # ended with an error event and billed for what they delivered.
 INFRAI_DRAIN_S = env.float("INFRAI_DRAIN_S", default=20.0)
@@ -332,6 +347,13 @@ INFRAI_VECTOR_PG_URL = env("INFRAI_VECTOR_PG_URL", default="")
 # measured in docs/performance.md.
 INFRAI_VECTOR_HNSW_EF_SEARCH = env.int("INFRAI_VECTOR_HNSW_EF_SEARCH", default=100)
 INFRAI_OPENAPI_PARTS += ["vectors.schema.openapi_part"]  # its /v1 operations
+
+# --- the Batch API (docs/api.md "Batches") ---
+INSTALLED_APPS += ["batches"]
+# Lines one input file of POST /v1/batches may hold (OpenAI's limit).
+INFRAI_BATCH_MAX_LINES = env.int("INFRAI_BATCH_MAX_LINES", default=50_000)
+# Lines of one batch a worker runs at once.
+INFRAI_BATCH_CONCURRENCY = env.int("INFRAI_BATCH_CONCURRENCY", default=4)
 
 # --- operations (docs/deploy.md) ---
 # Metrics, traces and call logs (infra/observability). /metrics answers only this Bearer token

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncGenerator
-from typing import Any
+from collections.abc import AsyncGenerator, Iterable
+from typing import Any, Protocol
 
 from django.conf import settings
 
@@ -37,7 +37,7 @@ from inference.usage import (
 )
 from inference.vendors.base import JSON, Adapter, VendorTarget
 from inference.vendors.errors import VendorUnavailable
-from money.pricing import Usage
+from money.pricing import Usage, worst_case_usage
 
 
 def usage_from(body: JSON) -> Usage | None:
@@ -140,10 +140,16 @@ def routing_request(chat: ChatRequest) -> RoutingRequest:
     )
 
 
-def worst_case(chat: ChatRequest, candidate: Candidate) -> Usage:
-    """The most a call to ``candidate`` can consume (the hold)."""
-    return Usage(
-        input_tokens=chat.prompt_tokens_upper, output_tokens=output_cap(chat, candidate) * chat.n
+def worst_case(chat: ChatRequest, candidate: Candidate, *, cache_writes: bool = False) -> Usage:
+    """The most a call to ``candidate`` can consume (the hold): the prompt's upper bound and
+    the output cap, split the dearest way the vendor could report them (reasoning; cache
+    writes when the request marks its prompt for caching, ``cache_writes``: a chat request
+    cannot: :func:`money.pricing.worst_case_usage`)."""
+    return worst_case_usage(
+        candidate.price,
+        input_tokens=chat.prompt_tokens_upper,
+        output_tokens=output_cap(chat, candidate) * chat.n,
+        cache_writes=cache_writes,
     )
 
 
@@ -272,6 +278,63 @@ class CountingMeter:
             note=INVALID_USAGE_NOTE if self.usage_invalid else "",
             running=None if self.usage_invalid else self.vendor_usage,
         )
+
+    def read_first_choice(self, item: Any) -> None:
+        """For a meter that relays a chunk's first choice only (Responses, Messages): refuse
+        garbage (:class:`~inference.relay.MalformedChunk`), keep the chunk's usage report and
+        count the first choice's text."""
+        if not isinstance(item, dict):
+            raise relay.MalformedChunk(f"a chunk that is a JSON {type(item).__name__}")
+        if "error" in item:
+            raise relay.MalformedChunk("an error chunk")
+        choices = item.get("choices")
+        if choices is not None and (
+            not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices)
+        ):
+            raise relay.MalformedChunk("chunk choices that are not a list of objects")
+        try:
+            self.vendor_usage = chat_usage_report(item) or self.vendor_usage
+        except InvalidUsage:
+            self.usage_invalid = True
+        for choice in choices or ():
+            if choice.get("index", 0) == 0:
+                self.count.add(message_text(choice.get("delta") or {}))
+
+
+class Translator(Protocol):
+    """A dialect's stream translator (Responses, Messages): chat chunks in, its events out."""
+
+    finish_reason: str | None
+
+    def start(self) -> list[bytes]: ...
+
+    def feed(self, chunk: JSON) -> list[bytes]: ...
+
+
+class TranslatingMeter(CountingMeter):
+    """The meter of a chat stream relayed as another dialect's events by ``translator``: the
+    first choice only (:meth:`CountingMeter.read_first_choice`); a stream the relay cuts at the
+    output cap ends as the cap does (``finish_reason`` "length"). A dialect adds its
+    :meth:`tail`."""
+
+    def __init__(self, call: Call, chat: ChatRequest, translator: Translator) -> None:
+        super().__init__(call, chat, output_limit(call, chat))
+        self.translator = translator
+
+    def start(self) -> Iterable[bytes]:
+        return self.translator.start()
+
+    def feed(self, item: Any) -> Iterable[bytes]:
+        self.read_first_choice(item)
+        events = self.translator.feed(item)
+        if self.count.over and not self.complete():
+            self.cut = True
+            self.translator.finish_reason = "length"
+            raise relay.OutputCapReached(events)
+        return events
+
+    def complete(self) -> bool:
+        return self.translator.finish_reason is not None
 
 
 # The vendor leg of a whole chat-shaped answer, declared once (chat completions, Responses).

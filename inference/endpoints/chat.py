@@ -20,7 +20,7 @@ from typing import Any
 from billing.errors import FundsLimit, InsufficientFunds
 from catalog.routing import Candidate
 from config.errors import InsufficientQuota, UpstreamError
-from inference import relay, render, response_cache, settlement, stages
+from inference import relay, render, response_cache, stages
 from inference.call import Call
 from inference.chat.leg import (
     CHAT_LEG,
@@ -36,7 +36,6 @@ from inference.chat.leg import (
 from inference.chat.validation import ChatRequest, parse_chat_request, to_legacy_function_call
 from inference.errors import insufficient_quota
 from inference.http import ApiRequest, Response, StreamingResponse, json_response, route
-from inference.models import RequestStatus
 from inference.usage import (
     InvalidUsage,
     chat_usage_report,
@@ -45,7 +44,7 @@ from inference.usage import (
 from inference.vendors import sse
 from inference.vendors.base import JSON
 from infra.background import spawn
-from money.pricing import Usage, cost_nanos
+from money.pricing import Usage, cost_nanos, worst_case_usage
 
 ENDPOINT = "chat.completions"
 
@@ -117,10 +116,14 @@ def with_max_tokens_hint(
     available = exc.available_nanos
     fits: list[int] = []
     for candidate in candidates:
+        price = candidate.price  # priced as the hold is (money.pricing.worst_case_usage)
         prompt = cost_nanos(
-            price=candidate.price, usage=Usage(input_tokens=chat.prompt_tokens_upper)
+            price=price,
+            usage=worst_case_usage(price, input_tokens=chat.prompt_tokens_upper, output_tokens=0),
         )
-        per_million = cost_nanos(price=candidate.price, usage=Usage(output_tokens=1_000_000))
+        per_million = cost_nanos(
+            price=price, usage=worst_case_usage(price, input_tokens=0, output_tokens=1_000_000)
+        )
         room = available - prompt
         fits.append(room * 1_000_000 // (per_million * chat.n) if room > 0 and per_million else 0)
     fit = min(fits)
@@ -305,18 +308,7 @@ async def _open_stream(call: Call, chat: ChatRequest, cache_key: str | None) -> 
     """Open the upstream stream, then hand the relay to the consumer."""
     upstream, first = await open_upstream_stream(call, chat)
     call.ttft_ms = (time.perf_counter_ns() - call.request.started_ns) // 1_000_000
-    meter = ChatMeter(call, chat, cache_key)
-    chunks = relay.relay(call, relay.prepend(first, upstream), meter, upstream.aclose)
-
-    async def on_close() -> None:  # the response ended before the relay started
-        await upstream.aclose()
-        if not call.finished:
-            call.charge(meter.usage(relay.Outcome.CANCELLED)[0], estimated=True)
-            await settlement.finish(call, status=RequestStatus.CANCELLED, http_status=499)
-
-    return StreamingResponse(
-        chunks, headers=render.stream_headers(call, final=False), on_close=on_close
-    )
+    return relay.respond(call, first, upstream, ChatMeter(call, chat, cache_key))
 
 
 # The routes of this module, for the app's table (config.asgi).

@@ -69,7 +69,10 @@ def _pricing(price: PriceSnapshot | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {
         "input_per_1m_tokens_usd": nanos_to_usd_str(price.input_per_mtok_nanos),
         "cached_input_per_1m_tokens_usd": nanos_to_usd_str(price.cached_input_per_mtok_nanos),
+        "cache_write_5m_per_1m_tokens_usd": nanos_to_usd_str(price.cache_write_5m_per_mtok_nanos),
+        "cache_write_1h_per_1m_tokens_usd": nanos_to_usd_str(price.cache_write_1h_per_mtok_nanos),
         "output_per_1m_tokens_usd": nanos_to_usd_str(price.output_per_mtok_nanos),
+        "reasoning_per_1m_tokens_usd": nanos_to_usd_str(price.reasoning_per_mtok_nanos),
     }
     if price.per_image_nanos:
         out["per_image_usd"] = {

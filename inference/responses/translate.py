@@ -6,6 +6,12 @@ including the exact presence/frequency penalty text), renaming ``param`` to the 
 field. :func:`response_object` renders a ``chat.completion`` as a ``response``;
 :class:`StreamTranslator` turns ``chat.completion.chunk`` dicts into the Responses stream events
 (``response.created`` … ``response.output_text.delta`` … ``response.completed``).
+
+A call continuing a stored response (``previous_response_id``) is given that conversation as
+``history`` (:meth:`inference.responses.store.Stored.conversation`): its items become chat
+messages before this call's ``input``, after ``instructions`` — so the replayed context is in the
+prompt, counted, held and billed as the input it is. :func:`input_items` is what a stored
+response keeps of its own input (the items ``GET /v1/responses/{id}/input_items`` lists).
 """
 
 from __future__ import annotations
@@ -30,11 +36,11 @@ _SAME = (
     "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key",
 )  # fmt: skip
 # Accepted and not forwarded: they do not change a chat completion.
-_IGNORED = {"reasoning", "truncation", "include", "background", "max_tool_calls"}
+_IGNORED = {"reasoning", "truncation", "include", "max_tool_calls"}
 _TRANSLATED = {"input", "instructions", "max_output_tokens", "tools", "tool_choice", "text"}
+# Read by the endpoint (inference.endpoints.responses): storing, background, the chain.
+_STATEFUL = {"background", "previous_response_id"}
 _UNSUPPORTED = {
-    "previous_response_id": "Stored responses are not kept; send the whole conversation in "
-    "'input' instead of 'previous_response_id'.",
     "conversation": "Stored conversations are not kept; send the whole conversation in 'input'.",
     "prompt": "Stored prompt templates are not supported; send 'instructions' and 'input'.",
 }
@@ -49,10 +55,15 @@ _INPUT_ROLES = {"user", "system", "developer", "assistant"}
 
 @dataclass(frozen=True, slots=True)
 class ResponsesRequest:
-    """A validated Responses request: the chat request it becomes and the fields to echo."""
+    """A validated Responses request: the chat request it becomes, the fields to echo, and
+    what the endpoint does with it beyond the call: ``store`` it (default true, as OpenAI's),
+    run it in the ``background``, continue ``previous_response_id``."""
 
     chat: ChatRequest
     echo: JSON
+    store: bool = True
+    background: bool = False
+    previous_response_id: str | None = None
 
 
 def responses_param(param: str | None) -> str | None:
@@ -127,14 +138,16 @@ def _message(item: JSON, param: str) -> JSON:
     return {"role": role, "content": _text_of(content, f"{param}.content")}
 
 
-def _messages(data: JSON) -> list[JSON]:
-    """Chat messages for ``instructions`` and ``input`` (string or array of items)."""
+def _messages(data: JSON, history: list[JSON]) -> list[JSON]:
+    """Chat messages for ``instructions``, the ``history`` of a previous response (its items,
+    as stored) and ``input`` (string or array of items)."""
     messages: list[JSON] = []
     instructions = data.get("instructions")
     if instructions is not None:
         if not isinstance(instructions, str):
             raise invalid_type("instructions", "a string")
         messages.append({"role": "system", "content": instructions})
+    _item_messages(history, "previous_response_id", messages)
     raw = data.get("input")
     if raw is None:
         raise missing_param("input")
@@ -142,8 +155,14 @@ def _messages(data: JSON) -> list[JSON]:
         return [*messages, {"role": "user", "content": raw}]
     if not isinstance(raw, list) or not raw:
         raise invalid_type("input", "a string or a non-empty array of input items")
-    for i, item in enumerate(raw):
-        param = f"input[{i}]"
+    _item_messages(raw, "input", messages)
+    return messages
+
+
+def _item_messages(items: list[Any], name: str, messages: list[JSON]) -> None:
+    """Append the chat messages of Responses ``items`` (the field ``name``) to ``messages``."""
+    for i, item in enumerate(items):
+        param = f"{name}[{i}]"
         if not isinstance(item, dict):
             raise invalid_type(param, "an object")
         kind = item.get("type", "message")
@@ -176,7 +195,45 @@ def _messages(data: JSON) -> list[JSON]:
                 code="invalid_value",
                 param=f"{param}.type",
             )
-    return messages
+
+
+def input_items(data: JSON) -> list[JSON]:
+    """This (validated) request's ``input`` as a stored response keeps it: a list of items in
+    OpenAI's shapes, each with an ``id`` (a string input is one user message; a message's
+    string content one ``input_text`` part, an assistant's one ``output_text`` part)."""
+    raw = data["input"]
+    if isinstance(raw, str):
+        raw = [{"type": "message", "role": "user", "content": raw}]
+    items: list[JSON] = []
+    for item in raw:
+        kind = item.get("type", "message")
+        if kind == "message":
+            content = item.get("content")
+            part = "output_text" if item.get("role") == "assistant" else "input_text"
+            if isinstance(content, str):
+                content = [{"type": part, "text": content}]
+            items.append(
+                {
+                    "type": "message",
+                    "id": item.get("id") or new_id("msg"),
+                    "status": "completed",
+                    "role": item.get("role"),
+                    "content": content,
+                }
+            )
+        else:
+            prefix = {"function_call": "fc", "function_call_output": "fco"}.get(kind, "item")
+            items.append({**item, "id": item.get("id") or new_id(prefix)})
+    return items
+
+
+def _flag(data: JSON, name: str, default: bool) -> bool:
+    value = data.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise invalid_type(name, "a boolean")
+    return value
 
 
 def _tools(data: JSON) -> list[JSON] | None:
@@ -239,19 +296,24 @@ def _reported_only(data: JSON) -> JSON:
     return out
 
 
-def parse_responses_request(data: JSON) -> ResponsesRequest:
+def stateful_fields(data: JSON) -> tuple[bool, bool, str | None]:
+    """``store`` (default true), ``background`` (default false) and ``previous_response_id``
+    of a Responses request body, type-checked (400 naming the field)."""
+    previous = data.get("previous_response_id")
+    if previous is not None and (not isinstance(previous, str) or not previous):
+        raise invalid_type("previous_response_id", "a response id string")
+    return _flag(data, "store", True), _flag(data, "background", False), previous
+
+
+def parse_responses_request(data: JSON, history: list[JSON] | None = None) -> ResponsesRequest:
     """Validate a Responses request as the chat request it becomes (400 names the Responses
-    field); the chat request needs the ``responses`` capability besides its own."""
+    field); the chat request needs the ``responses`` capability besides its own. ``history``:
+    the items of the response ``previous_response_id`` names, read by the caller."""
     for name, message in _UNSUPPORTED.items():
         if data.get(name) is not None:
             raise InvalidRequest(message, code="unsupported_parameter", param=name)
-    if data.get("background"):
-        raise InvalidRequest(
-            "Background responses are not supported.",
-            code="unsupported_parameter",
-            param="background",
-        )
-    unknown = sorted(set(data) - set(_SAME) - _IGNORED - _TRANSLATED)
+    store, background, previous = stateful_fields(data)
+    unknown = sorted(set(data) - set(_SAME) - _IGNORED - _TRANSLATED - _STATEFUL)
     if unknown:
         raise InvalidRequest(
             f"Unrecognized request argument supplied: {unknown[0]}",
@@ -259,7 +321,8 @@ def parse_responses_request(data: JSON) -> ResponsesRequest:
             param=unknown[0],
         )
     body: JSON = {k: data[k] for k in _SAME if data.get(k) is not None}
-    body["messages"] = _messages(data)
+    body.pop("store", None)  # a stored response is ours, not the vendor's stored completion
+    body["messages"] = _messages(data, history or [])
     optional = {
         "max_tokens": data.get("max_output_tokens"),
         "tools": _tools(data),
@@ -289,8 +352,13 @@ def parse_responses_request(data: JSON) -> ResponsesRequest:
         "text": data.get("text") or {"format": {"type": "text"}},
         "metadata": data.get("metadata") or {},
         "user": data.get("user"),
+        "store": store,
+        "background": background,
+        "previous_response_id": previous,
     }
-    return ResponsesRequest(chat=chat, echo=echo)
+    return ResponsesRequest(
+        chat=chat, echo=echo, store=store, background=background, previous_response_id=previous
+    )
 
 
 # --- answers ---------------------------------------------------------------------------------
@@ -303,9 +371,12 @@ def openai_usage(usage: Usage) -> JSON:
     """The Responses ``usage`` object."""
     return {
         "input_tokens": usage.input_tokens,
-        "input_tokens_details": {"cached_tokens": usage.cached_input_tokens},
+        "input_tokens_details": {
+            "cached_tokens": usage.cached_input_tokens,
+            "cache_write_tokens": usage.cache_write_5m_tokens + usage.cache_write_1h_tokens,
+        },
         "output_tokens": usage.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         "total_tokens": usage.input_tokens + usage.output_tokens,
     }
 
@@ -409,8 +480,10 @@ class _Call:
 class StreamTranslator:
     """Chat chunks in, Responses events out, in OpenAI's order, with sequence numbers.
 
-    Call :meth:`start` once, :meth:`feed` per chunk, then :meth:`completed` or :meth:`failed`.
-    ``text`` is what has been streamed so far (for billing an interrupted stream).
+    Call :meth:`start` once, :meth:`feed` per chunk, then :meth:`completed` or :meth:`failed`
+    (whose ``response`` object is then :attr:`final`); :meth:`snapshot` renders the response as
+    it stands in any status (a background response queued, cancelled …). ``text`` is what has
+    been streamed so far (for billing an interrupted stream).
     """
 
     response_id: str
@@ -423,6 +496,11 @@ class StreamTranslator:
     _message: tuple[int, str] | None = None  # (output_index, item id)
     _calls: dict[int, _Call] = field(default_factory=dict)
     _items: int = 0
+    final: JSON | None = None
+
+    def snapshot(self, status: str, usage: Usage | None = None, **extra: Any) -> JSON:
+        """The ``response`` object in ``status`` with the output so far."""
+        return self._response(status, usage, **extra)
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         event = {"type": kind, "sequence_number": self._sequence, **fields}
@@ -600,12 +678,12 @@ class StreamTranslator:
 
     def completed(self, usage: Usage, infrai: JSON) -> list[bytes]:
         """The done events and ``response.completed`` (or ``.incomplete`` at the token cap)."""
-        response = {**self._response("completed", usage), "infrai": infrai}
+        response = self.final = {**self._response("completed", usage), "infrai": infrai}
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
         return [*self._done_events(), self._event(kind, response=response)]
 
     def failed(self, usage: Usage, infrai: JSON, message: str) -> list[bytes]:
         """``response.failed`` for a stream the vendor broke after it started."""
         error = {"code": "server_error", "message": message}
-        response = {**self._response("failed", usage, error=error), "infrai": infrai}
+        response = self.final = {**self._response("failed", usage, error=error), "infrai": infrai}
         return [self._event("response.failed", response=response)]

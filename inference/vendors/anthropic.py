@@ -1,14 +1,17 @@
 """Anthropic Messages API, translated to and from OpenAI chat with pure functions.
 
 Covers text, images (URL and data URL), tools (definitions, calls, results, choice), streaming
-(text and tool-argument deltas) and usage (cache reads reported as cached input tokens).
+(text and tool-argument deltas) and usage (cache reads and writes in OpenAI's semantics:
+:func:`_usage`). ``/v1/messages`` requests are also sent as they are
+(:meth:`AnthropicAdapter.messages`, :meth:`AnthropicAdapter.stream_messages`): nothing of the
+caller's request or the vendor's answer is translated.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from inference.vendors import errors, http
@@ -160,15 +163,30 @@ def to_anthropic(payload: JSON, *, model: str, stream: bool) -> JSON:
 
 
 def _usage(usage: JSON) -> JSON:
+    """Anthropic's usage in OpenAI's semantics (``inference.usage.chat_usage_report``):
+    Anthropic's ``input_tokens`` excludes the cache reads (``cache_read_input_tokens``) and
+    writes (``cache_creation_input_tokens``), OpenAI's ``prompt_tokens`` counts them; the
+    writes' lifetimes (``cache_creation.ephemeral_5m_input_tokens`` /
+    ``ephemeral_1h_input_tokens``; none given: five minutes) go in ``cache_write_tokens`` and
+    its ``cache_write_1h_tokens`` part. Anthropic counts thinking in ``output_tokens`` and
+    reports no part of it apart."""
     cached = int(usage.get("cache_read_input_tokens") or 0)
-    created = int(usage.get("cache_creation_input_tokens") or 0)
+    lifetimes = usage.get("cache_creation") or {}
+    hour = int(lifetimes.get("ephemeral_1h_input_tokens") or 0)
+    five = int(lifetimes.get("ephemeral_5m_input_tokens") or 0)
+    created = int(usage.get("cache_creation_input_tokens") or five + hour)
     prompt = int(usage.get("input_tokens") or 0) + cached + created
     completion = int(usage.get("output_tokens") or 0)
+    details: JSON = {"cached_tokens": cached}
+    if created:
+        details["cache_write_tokens"] = created
+    if hour:
+        details["cache_write_1h_tokens"] = hour
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
+        "prompt_tokens_details": details,
     }
 
 
@@ -321,6 +339,71 @@ class AnthropicAdapter(UnservedEndpoints):
                     raise errors.malformed_event(target.vendor) from None
                 for chunk in translator.feed(event, parsed):
                     yield chunk
+                if parsed.get("type") == "message_stop":
+                    return
+            raise errors.VendorUnavailable(
+                f"{target.vendor} ended the stream before message_stop", vendor=target.vendor
+            )
+
+    # --- pass-through: Anthropic Messages requests as the caller sent them ------------------
+    def _native_headers(self, target: VendorTarget, headers: Mapping[str, str]) -> dict[str, str]:
+        """The key, the caller's ``anthropic-version`` (else ours) and ``anthropic-beta``."""
+        out = {
+            "x-api-key": target.api_key or "",
+            "anthropic-version": headers.get("anthropic-version") or API_VERSION,
+        }
+        if headers.get("anthropic-beta"):
+            out["anthropic-beta"] = headers["anthropic-beta"]
+        return out
+
+    async def messages(self, target: VendorTarget, body: JSON, headers: Mapping[str, str]) -> JSON:
+        """A Messages request ``body`` sent as it is (its model the upstream one); the vendor's
+        ``message`` as it answered it — thinking blocks, their signatures and any block type
+        untouched."""
+        response = await http.request(
+            target,
+            "POST",
+            "messages",
+            auth=self._native_headers(target, headers),
+            json_body={**body, "model": target.upstream_model},
+        )
+        if response.status >= 400:
+            self._raise(target, response.status, response.text)
+        try:
+            message = response.json()
+        except ValueError:
+            message = None
+        if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+            raise errors.VendorProtocolError(
+                f"{target.vendor} answered an unreadable message", vendor=target.vendor
+            )
+        return message
+
+    async def stream_messages(
+        self, target: VendorTarget, body: JSON, headers: Mapping[str, str]
+    ) -> AsyncGenerator[tuple[str, JSON], None]:
+        """A streamed Messages request sent as it is: each event's ``data`` as the vendor sent
+        it, with its parsed object, through ``message_stop``; an ``error`` event raises."""
+        async with http.stream(
+            target,
+            "POST",
+            "messages",
+            auth=self._native_headers(target, headers),
+            json_body={**body, "model": target.upstream_model, "stream": True},
+        ) as response:
+            if response.status >= 400:
+                self._raise(target, response.status, (await response.read()).text)
+            async for _event, data in events(response.lines()):
+                try:
+                    parsed = json.loads(data)
+                except ValueError:
+                    raise errors.malformed_event(target.vendor) from None
+                if not isinstance(parsed, dict):
+                    raise errors.malformed_event(target.vendor)
+                if parsed.get("type") == "error":
+                    message = (parsed.get("error") or {}).get("message", "stream error")
+                    raise errors.VendorServerError(f"anthropic stream error: {message}")
+                yield data, parsed
                 if parsed.get("type") == "message_stop":
                     return
             raise errors.VendorUnavailable(

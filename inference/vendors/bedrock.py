@@ -294,17 +294,30 @@ def to_converse(payload: JSON, *, model: str) -> JSON:
 
 # --- Converse → OpenAI -------------------------------------------------------------------------
 def usage_from(usage: JSON) -> JSON:
-    """Converse's ``TokenUsage`` as OpenAI usage: the prompt counts cache reads and writes
-    (``inputTokens`` excludes both); cache reads are the cached tokens."""
+    """Converse's ``TokenUsage`` as OpenAI usage (``inference.usage.chat_usage_report``): the
+    prompt counts cache reads and writes (``inputTokens`` excludes both); cache reads are the
+    cached tokens, writes the ``cache_write_tokens``, of which ``cacheDetails`` entries with
+    ``ttl`` ``1h`` are the ``cache_write_1h_tokens`` (the rest: five minutes)."""
     cached = int(usage.get("cacheReadInputTokens") or 0)
     written = int(usage.get("cacheWriteInputTokens") or 0)
+    details = usage.get("cacheDetails")
+    hour = sum(
+        int(d.get("inputTokens") or 0)
+        for d in (details if isinstance(details, list) else ())
+        if isinstance(d, dict) and d.get("ttl") == "1h"
+    )
     prompt = int(usage.get("inputTokens") or 0) + cached + written
     completion = int(usage.get("outputTokens") or 0)
+    prompt_details: JSON = {"cached_tokens": cached}
+    if written:
+        prompt_details["cache_write_tokens"] = written
+    if hour:
+        prompt_details["cache_write_1h_tokens"] = hour
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
+        "prompt_tokens_details": prompt_details,
     }
 
 

@@ -42,7 +42,9 @@ class CallRow(Protocol):
     error_code: str
     input_tokens: int
     cached_input_tokens: int
+    cache_write_tokens: int
     output_tokens: int
+    reasoning_tokens: int
     cost_nanos: int
     latency_ms: int
     ttft_ms: int | None
@@ -135,6 +137,10 @@ def call_finished(row: CallRow, request: CallRequest) -> None:
         tokens.labels(model, vendor, "output").inc(row.output_tokens)
         if row.cached_input_tokens:
             tokens.labels(model, vendor, "cached_input").inc(row.cached_input_tokens)
+        if row.cache_write_tokens:
+            tokens.labels(model, vendor, "cache_write").inc(row.cache_write_tokens)
+        if row.reasoning_tokens:
+            tokens.labels(model, vendor, "reasoning").inc(row.reasoning_tokens)
     if row.cost_nanos:
         metrics.COST.labels(model, vendor).inc(row.cost_nanos)
     if row.ttft_ms is not None:

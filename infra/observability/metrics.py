@@ -45,7 +45,8 @@ TTFT = Histogram(
 )
 TOKENS = Counter(
     "infrai_tokens",
-    "Tokens billed, by model, vendor and direction (input, cached_input, output).",
+    "Tokens billed, by model, vendor and direction (input, cached_input, cache_write, output,"
+    " reasoning; cached_input and cache_write are parts of input, reasoning of output).",
     ["model", "vendor", "direction"],
 )
 COST = Counter(

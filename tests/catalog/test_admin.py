@@ -257,6 +257,42 @@ def test_a_price_is_typed_in_usd_and_stored_in_nanos(staff):
     assert "2.5" in listing and "2500000000" not in listing
 
 
+def test_cache_write_and_reasoning_prices_may_be_left_empty_for_the_defaults(staff):
+    from catalog.models import Price
+    from catalog.selectors import price_snapshot
+
+    client, _ = staff
+    common = {"input_per_mtok_usd": "2", "cached_input_per_mtok_usd": "1"}
+    page = _add_price(client, **common, output_per_mtok_usd="8", source="defaults")
+    assert page.status_code == 302, page.context["adminform"].form.errors
+    page = _add_price(
+        client,
+        **common,
+        output_per_mtok_usd="8",
+        cache_write_5m_per_mtok_usd="0",
+        cache_write_1h_per_mtok_usd="3",
+        reasoning_per_mtok_usd="10",
+        source="explicit",
+        effective_from_0="2031-02-01",
+    )
+    assert page.status_code == 302, page.context["adminform"].form.errors
+    left_empty = Price.objects.get(source="defaults")
+    assert left_empty.cache_write_5m_per_mtok_nanos is None
+    assert left_empty.reasoning_per_mtok_nanos is None
+    snapshot = price_snapshot(left_empty)  # 1.25× and 2× the input, the output price
+    assert (
+        snapshot.cache_write_5m_per_mtok_nanos,
+        snapshot.cache_write_1h_per_mtok_nanos,
+        snapshot.reasoning_per_mtok_nanos,
+    ) == (2_500_000_000, 4_000_000_000, 8_000_000_000)
+    explicit = Price.objects.get(source="explicit")
+    assert (
+        explicit.cache_write_5m_per_mtok_nanos,
+        explicit.cache_write_1h_per_mtok_nanos,
+        explicit.reasoning_per_mtok_nanos,
+    ) == (0, 3_000_000_000, 10_000_000_000)
+
+
 def test_a_price_with_more_than_nine_decimals_is_refused(staff):
     from catalog.models import Price
 
@@ -376,6 +412,7 @@ def test_a_price_added_inline_on_the_offering_page_is_typed_in_usd(staff):
         "upstream_model": offering.upstream_model,
         "priority": offering.priority,
         "enabled": "on",
+        "batch_discount_percent": offering.batch_discount_percent,
         "prices-TOTAL_FORMS": str(existing + 1),
         "prices-INITIAL_FORMS": str(existing),
         "prices-MIN_NUM_FORMS": "0",

@@ -141,7 +141,10 @@ def test_retrieve_model_details_prices_and_availability(routable_fake, issue_key
     assert availability["pricing"] == {
         "input_per_1m_tokens_usd": "0.5",
         "cached_input_per_1m_tokens_usd": "0.25",
+        "cache_write_5m_per_1m_tokens_usd": "0.625",  # the defaults: 1.25× and 2× the input
+        "cache_write_1h_per_1m_tokens_usd": "1",
         "output_per_1m_tokens_usd": "1.000000001",
+        "reasoning_per_1m_tokens_usd": "1.000000001",  # the default: the output price
     }
 
     pinned = client.models.retrieve("fakeco/fake-chat")

@@ -154,6 +154,13 @@ def _migrate(target: str) -> Any:
     return executor.loader.project_state(("catalog", target)).apps
 
 
+def _migrate_to_latest() -> None:
+    """Every catalog migration after the one under test, so the models of today (and the
+    tests after this one) find the schema they expect."""
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes("catalog"))
+
+
 @pytest.mark.django_db(transaction=True)
 def test_migration_0007_adds_the_presets_and_keeps_what_staff_changed():
     old = _migrate(BEFORE)
@@ -169,6 +176,7 @@ def test_migration_0007_adds_the_presets_and_keeps_what_staff_changed():
         base_url="https://fw.staff.example/v1", enabled=False, parameter_rules=staff_rules
     )
     _migrate(PRESETS_MIGRATION)
+    _migrate_to_latest()
 
     seed = _seed_vendors()
     groq = Vendor.objects.get(name="groq")

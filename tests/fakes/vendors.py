@@ -117,6 +117,12 @@ class FakeVendor(ThreadedServer):
     hang_s: float = 30.0
     fail_code: str = ""  # the OpenAI error code of fail_statuses' answers ("model_loading" …)
     reasoning_tokens: int = 0  # the hidden reasoning of fault "usage_reasoning"
+    # Prompt cache: of each chat/messages prompt, ``cache_reads`` tokens read from the cache and
+    # ``cache_writes_5m`` / ``cache_writes_1h`` written to it, reported in each wire format's
+    # own semantics (OpenAI: parts of prompt_tokens; Anthropic: apart from input_tokens).
+    cache_reads: int = 0
+    cache_writes_5m: int = 0
+    cache_writes_1h: int = 0
     # A usage object sent on the stream's first (role) chunk, as vLLM's continuous usage does.
     early_usage: dict[str, Any] | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -139,6 +145,7 @@ class FakeVendor(ThreadedServer):
         self.hang_s = 30.0
         self.fail_code = ""
         self.reasoning_tokens = 0
+        self.cache_reads = self.cache_writes_5m = self.cache_writes_1h = 0
         self.early_usage = None
         self.requests = []
         self.chunks_sent = 0
@@ -207,6 +214,12 @@ class FakeVendor(ThreadedServer):
             "completion_tokens": len(words) + len(calls or []),
             "total_tokens": prompt_tokens + len(words) + len(calls or []),
         }
+        if self.cache_reads or self.cache_writes_5m or self.cache_writes_1h:
+            # OpenAI's format has no cache lifetimes: every write is a cache_write_tokens.
+            usage["prompt_tokens_details"] = {
+                "cached_tokens": self.cache_reads,
+                "cache_write_tokens": self.cache_writes_5m + self.cache_writes_1h,
+            }
         self._corrupt(usage)
         n = int(body.get("n") or 1)
         if not body.get("stream"):
@@ -404,6 +417,20 @@ class FakeVendor(ThreadedServer):
         return response
 
     # --- Anthropic Messages ----------------------------------------------------------------
+    def _anthropic_prompt_usage(self, prompt_tokens: int) -> dict[str, Any]:
+        """The prompt part of an Anthropic usage: ``input_tokens`` excludes cache reads and
+        writes, reported apart (the writes with their lifetimes)."""
+        written = self.cache_writes_5m + self.cache_writes_1h
+        usage: dict[str, Any] = {"input_tokens": prompt_tokens - self.cache_reads - written}
+        if self.cache_reads or written:
+            usage["cache_read_input_tokens"] = self.cache_reads
+            usage["cache_creation_input_tokens"] = written
+            usage["cache_creation"] = {
+                "ephemeral_5m_input_tokens": self.cache_writes_5m,
+                "ephemeral_1h_input_tokens": self.cache_writes_1h,
+            }
+        return usage
+
     async def messages(self, request: web.Request) -> web.StreamResponse:
         body, failure = await self._gate(request)
         if failure is not None:
@@ -446,7 +473,10 @@ class FakeVendor(ThreadedServer):
                     "input": json.loads(call["arguments"]),
                 }
             )
-        usage = {"input_tokens": prompt_tokens, "output_tokens": len(words) + len(calls or [])}
+        usage = {
+            **self._anthropic_prompt_usage(prompt_tokens),
+            "output_tokens": len(words) + len(calls or []),
+        }
         stop = "tool_use" if calls else "end_turn"
         if not body.get("stream"):
             return web.json_response(
@@ -473,7 +503,7 @@ class FakeVendor(ThreadedServer):
             {
                 "message": {
                     "id": "msg_fake",
-                    "usage": {"input_tokens": prompt_tokens, "output_tokens": 0},
+                    "usage": {**self._anthropic_prompt_usage(prompt_tokens), "output_tokens": 0},
                 }
             },
         )

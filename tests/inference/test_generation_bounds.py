@@ -17,7 +17,7 @@ from catalog.documents import SEED_PATH, catalog_load, read_document
 from catalog.models import Model
 from inference.chat.validation import parse_chat_request
 from inference.models import RequestLog, RequestStatus
-from money.pricing import Usage, cost_nanos
+from money.pricing import cost_nanos, worst_case_usage
 from tests.catalog_docs import catalog_model, offering
 from tests.inference.conftest import (
     CHEAP_PRICE,
@@ -64,7 +64,7 @@ def test_a_call_without_max_tokens_is_sent_and_held_for_the_default_output_limit
     hold = Hold.objects.get(request_id=raw.headers["x-infrai-request-id"])
     price = offering_price("test-capped", "primary")
     assert hold.amount_nanos == cost_nanos(
-        price=price, usage=Usage(input_tokens=upper, output_tokens=300)
+        price=price, usage=worst_case_usage(price, input_tokens=upper, output_tokens=300)
     )
     # A stream too, and the reserved maximum it announces is that hold.
     stream = client.chat.completions.with_raw_response.create(

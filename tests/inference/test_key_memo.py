@@ -6,6 +6,7 @@ key gets nothing — no answer, no hold, no charge.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import time
 from collections.abc import Callable
@@ -25,6 +26,15 @@ from inference.models import RequestLog
 
 pytestmark = pytest.mark.usefixtures("gateway_catalog")
 HI = [{"role": "user", "content": "hello"}]
+UNKNOWN_RESPONSE = "resp_" + "0" * 24
+
+
+def _unknown_response(call: Callable[[str], Any]) -> None:
+    """A call on a stored-response route: a 404 for an unknown id once the key is confirmed
+    (what these tests look at is the key's path, not the response)."""
+    with contextlib.suppress(openai.NotFoundError):
+        call(UNKNOWN_RESPONSE)
+
 
 # One call on each route registered with confirms_key=True.
 METERED: dict[str, Callable[[openai.OpenAI], Any]] = {
@@ -38,6 +48,17 @@ METERED: dict[str, Callable[[openai.OpenAI], Any]] = {
     "/v1/audio/speech": lambda c: c.audio.speech.create(
         model="piper-en-us-joe", voice="alloy", input="hello", response_format="wav"
     ).read(),
+    "/v1/responses/(?P<response_id>[^/]+)": lambda c: _unknown_response(c.responses.retrieve),
+    "/v1/responses/(?P<response_id>[^/]+)/input_items": lambda c: _unknown_response(
+        c.responses.input_items.list
+    ),
+    "/v1/responses/(?P<response_id>[^/]+)/cancel": lambda c: _unknown_response(c.responses.cancel),
+    "/v1/messages": lambda c: c.post(
+        "/messages", body={"model": "test-large", "max_tokens": 16, "messages": HI}, cast_to=object
+    ),
+    "/v1/messages/count_tokens": lambda c: c.post(
+        "/messages/count_tokens", body={"model": "test-large", "messages": HI}, cast_to=object
+    ),
 }
 
 

@@ -183,7 +183,7 @@ def test_penalties_are_refused_with_the_spec_text(issue_key, client_for):
      ({"input": "x", "temperature": 3}, "temperature"),
      ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
      ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
-     ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
+     ({"input": "x", "previous_response_id": 5}, "previous_response_id"),
      ({"input": "x", "model": "test-small"}, "model"),
      ({"input": "x", "model": SMOL, "tools": [WEATHER_TOOL]}, "tools")],
 )  # fmt: skip

@@ -179,12 +179,14 @@ def test_plain_chat_is_signed_converse_and_bills_cache_reads_and_writes_exactly(
     # 4 fresh prompt tokens (system and user words) + 2 cache reads + 1 cache write
     assert (resp.usage.prompt_tokens, resp.usage.completion_tokens) == (7, 3)
     assert resp.usage.prompt_tokens_details.cached_tokens == 2
-    usage = Usage(input_tokens=7, cached_input_tokens=2, output_tokens=3)
+    assert resp.usage.prompt_tokens_details.cache_write_tokens == 1
+    usage = Usage(input_tokens=7, cached_input_tokens=2, cache_write_5m_tokens=1, output_tokens=3)
     cost = assert_billed(
         resp.infrai["request_id"], model="br-claude", vendor="bedrock-use1", usage=usage
     )
-    # $1 / $0.50 / $2 per million: 5 uncached prompt tokens, 2 cached, 3 completion tokens.
-    assert cost == 5 * 1_000 + 2 * 500 + 3 * 2_000 == resp.infrai["cost_nanos"]
+    # $1 / $0.50 / $2 per million, a 5-minute cache write at the default 1.25 × $1: 4 uncached
+    # prompt tokens, 2 cached, 1 written, 3 completion tokens.
+    assert cost == 4 * 1_000 + 2 * 500 + 1 * 1_250 + 3 * 2_000 == resp.infrai["cost_nanos"]
 
 
 def test_stream_decodes_the_event_stream_and_bills_its_metadata_usage(

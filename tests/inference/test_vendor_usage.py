@@ -254,7 +254,7 @@ def _relayed(output: int, *, cap: int = 1000, prompt: int = 30, text: int = 20) 
 
 
 def _report(prompt: int, output: int, reasoning: int = 0) -> UsageReport:
-    return UsageReport(Usage(input_tokens=prompt, output_tokens=output), reasoning)
+    return UsageReport(Usage(input_tokens=prompt, output_tokens=output, reasoning_tokens=reasoning))
 
 
 def test_the_output_band_is_a_factor_either_way_plus_slack():

@@ -47,7 +47,8 @@ def test_v1_openapi_json_serves_inference_and_management_in_one_document(live_ur
     for path, item in served["paths"].items():
         if path.startswith("/organization/"):
             assert all(op["security"] == [{"AdminKey": []}] for op in item.values()), path
-    assert set(served["components"]["securitySchemes"]) == {"apiKey", "AdminKey"}
+    # /v1/messages also takes the key as Anthropic's SDKs send it (x-api-key).
+    assert set(served["components"]["securitySchemes"]) == {"apiKey", "AdminKey", "anthropicKey"}
     assert set(alone["components"]["schemas"]) <= set(served["components"]["schemas"])
 
 
