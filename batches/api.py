@@ -32,8 +32,9 @@ def _ts(value: Any) -> int | None:
 
 
 def batch_json(batch: Batch) -> dict[str, Any]:
-    """OpenAI's batch object, plus ``infrai``: what the batch reserved and what its lines have
-    cost so far (exact USD strings)."""
+    """OpenAI's batch object (``usage``: what the lines recorded so far consumed, in OpenAI's
+    semantics), plus ``infrai``: what the batch reserved and what its lines have cost so far
+    (exact USD strings)."""
     return {
         "id": batch.public_id,
         "object": "batch",
@@ -59,6 +60,13 @@ def batch_json(batch: Batch) -> dict[str, Any]:
             "failed": batch.failed,
         },
         "metadata": batch.metadata,
+        "usage": {
+            "input_tokens": batch.input_tokens,
+            "input_tokens_details": {"cached_tokens": batch.cached_input_tokens},
+            "output_tokens": batch.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": batch.reasoning_tokens},
+            "total_tokens": batch.input_tokens + batch.output_tokens,
+        },
         "infrai": {
             "reserved_usd": nanos_to_usd_str(batch.reserved_nanos),
             "cost_usd": nanos_to_usd_str(batch.spent_nanos),

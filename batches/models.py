@@ -8,6 +8,7 @@ from django.db import models
 from django.utils import timezone
 
 from accounts.models import Organization, Project
+from infra.jsonio import JsonbEncoder
 
 
 class BatchStatus(models.TextChoices):
@@ -58,10 +59,16 @@ class Batch(models.Model):
     status = models.CharField(
         max_length=12, choices=BatchStatus.choices, default=BatchStatus.VALIDATING
     )
-    metadata = models.JSONField(null=True, blank=True)
-    errors = models.JSONField(null=True, blank=True)
+    metadata = models.JSONField(null=True, blank=True, encoder=JsonbEncoder)
+    errors = models.JSONField(null=True, blank=True, encoder=JsonbEncoder)
     reserved_nanos = models.BigIntegerField(default=0)
     spent_nanos = models.BigIntegerField(default=0)
+    # What the lines consumed so far, summed as each is recorded (the batch object's
+    # ``usage``): every prompt token, the cached part, every output token, the reasoning part.
+    input_tokens = models.BigIntegerField(default=0, db_default=0)
+    cached_input_tokens = models.BigIntegerField(default=0, db_default=0)
+    output_tokens = models.BigIntegerField(default=0, db_default=0)
+    reasoning_tokens = models.BigIntegerField(default=0, db_default=0)
     total = models.IntegerField(default=0)
     completed = models.IntegerField(default=0)
     failed = models.IntegerField(default=0)
@@ -95,14 +102,14 @@ class BatchLine(models.Model):
     batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="lines")
     number = models.IntegerField()
     custom_id = models.CharField(max_length=512)
-    body = models.JSONField()
+    body = models.JSONField(encoder=JsonbEncoder)
     reserved_nanos = models.BigIntegerField()
     status = models.CharField(max_length=10, choices=LineStatus.choices, default=LineStatus.PENDING)
     public_id = models.CharField(max_length=40, blank=True, default="")
     request_id = models.CharField(max_length=40, blank=True, default="")
     http_status = models.IntegerField(null=True, blank=True)
-    response_body = models.JSONField(null=True, blank=True)
-    error = models.JSONField(null=True, blank=True)
+    response_body = models.JSONField(null=True, blank=True, encoder=JsonbEncoder)
+    error = models.JSONField(null=True, blank=True, encoder=JsonbEncoder)
     cost_nanos = models.BigIntegerField(default=0)
 
     class Meta:

@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -34,6 +34,7 @@ from inference.floor import Floor
 from inference.http import ApiRequest
 from infra.background import pending
 from infra.db import db_async
+from money.pricing import Usage
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +47,17 @@ class Outcome:
     http_status: int
     body: dict[str, Any]
     cost_nanos: int
+    usage: Usage = field(default_factory=Usage)
 
     @property
     def status(self) -> LineStatus:
         return LineStatus.COMPLETED if self.http_status == 200 else LineStatus.FAILED
 
 
-def _failed(exc: ApiError, cost_nanos: int = 0) -> Outcome:
-    return Outcome(http_status=exc.status, body=exc.body(), cost_nanos=cost_nanos)
+def _failed(exc: ApiError, call: Call | None = None) -> Outcome:
+    if call is None:
+        return Outcome(http_status=exc.status, body=exc.body(), cost_nanos=0)
+    return Outcome(exc.status, exc.body(), call.cost_nanos, call.usage)
 
 
 async def run_line(
@@ -100,12 +104,15 @@ async def run_line(
     try:
         answer = await stages.settle_leg(call, kind.leg, parsed)
     except ApiError as exc:  # settled (nothing charged) and logged by the call path
-        return _failed(exc, call.cost_nanos)
+        return _failed(exc, call)
     except Exception:
         log.exception("batch %s line %s failed", batch.public_id, line.number)
-        return _failed(internal_error(), call.cost_nanos)
+        return _failed(internal_error(), call)
     return Outcome(
-        http_status=200, body=kind.render(call, parsed, answer), cost_nanos=call.cost_nanos
+        http_status=200,
+        body=kind.render(call, parsed, answer),
+        cost_nanos=call.cost_nanos,
+        usage=call.usage,
     )
 
 
@@ -142,6 +149,7 @@ async def run(public_id: str, *, limit: int | None = None) -> int:
                 body=outcome.body,
                 error=None,
                 cost_nanos=outcome.cost_nanos,
+                usage=outcome.usage,
             )
             ran += 1
 

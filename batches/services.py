@@ -27,6 +27,7 @@ from django.utils import timezone
 from batches.models import FINAL, RUNNABLE, Batch, BatchLine, BatchStatus, LineStatus
 from billing.services import HoldNotFound, hold_settle
 from config.errors import ApiError, InvalidRequest
+from money.pricing import Usage
 from vectors import files
 
 log = logging.getLogger(__name__)
@@ -208,8 +209,10 @@ def line_record(
     body: dict[str, Any] | None,
     error: dict[str, Any] | None,
     cost_nanos: int,
+    usage: Usage | None = None,
 ) -> None:
-    """What became of a line (its call is settled already), and the batch's counts."""
+    """What became of a line (its call is settled already), and the batch's counts and
+    usage."""
     with transaction.atomic():
         line = BatchLine.objects.select_for_update().get(pk=line_id)
         if line.status != LineStatus.PENDING:
@@ -218,8 +221,14 @@ def line_record(
         line.response_body, line.error, line.cost_nanos = body, error, cost_nanos
         line.save(update_fields=["status", "http_status", "response_body", "error", "cost_nanos"])
         counted = "completed" if status is LineStatus.COMPLETED else "failed"
+        used = usage or Usage()
         Batch.objects.filter(pk=line.batch_id).update(
-            **{counted: F(counted) + 1}, spent_nanos=F("spent_nanos") + cost_nanos
+            **{counted: F(counted) + 1},
+            spent_nanos=F("spent_nanos") + cost_nanos,
+            input_tokens=F("input_tokens") + used.input_tokens,
+            cached_input_tokens=F("cached_input_tokens") + used.cached_input_tokens,
+            output_tokens=F("output_tokens") + used.output_tokens,
+            reasoning_tokens=F("reasoning_tokens") + used.reasoning_tokens,
         )
 
 

@@ -78,9 +78,16 @@ def parse_lines(content: bytes, *, endpoint: str) -> list[Parsed]:
         if unknown:
             raise _invalid(number, f"unrecognized field '{unknown[0]}'.", unknown[0])
         custom_id = data.get("custom_id")
-        if not isinstance(custom_id, str) or not custom_id or len(custom_id) > 512:
+        if (
+            not isinstance(custom_id, str)
+            or not custom_id
+            or len(custom_id) > 512
+            or "\x00" in custom_id
+        ):
             raise _invalid(
-                number, "'custom_id' must be a string of 1 to 512 characters.", "custom_id"
+                number,
+                "'custom_id' must be a string of 1 to 512 characters, none of them NUL.",
+                "custom_id",
             )
         if custom_id in seen:
             raise _invalid(

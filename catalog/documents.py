@@ -13,19 +13,21 @@ Shape (see ``catalog/seed/catalog.yaml`` and ``docs/catalog.md``)::
         created
         parameters: {<parameter>: <support> | {support, accepted_values, max_value, note}}
         offerings:
-          - vendor, upstream_model, priority, enabled
+          - vendor, upstream_model, priority, enabled, batch_discount_percent?
             prices: [{effective_from, source, input_per_mtok_usd, cached_input_per_mtok_usd,
                       cache_write_5m_per_mtok_usd?, cache_write_1h_per_mtok_usd?,
                       output_per_mtok_usd, reasoning_per_mtok_usd?,
                       per_image_usd: {"<size>/<quality>": usd},
                       per_mchar_usd, per_audio_second_usd}]
     offerings:   # optional: offerings listed apart from their model (the hosted presets)
-      - model, vendor, upstream_model, priority, enabled, prices: [...]
+      - model, vendor, upstream_model, priority, enabled, batch_discount_percent?, prices: [...]
 
 Prices are written as exact USD decimal *strings* (``"0.15"``) and stored as integer nano-USD;
 a float in a price is refused. A price left out is 0, except the optional ones (``?``): left
 out, they are the catalog's defaults (1.25× / 2× the input price for cache writes, the output
-price for reasoning). Loading upserts by natural key (vendor name, model id,
+price for reasoning). An offering's ``batch_discount_percent`` (an integer 0-100: the Batch API's
+discount on its prices) left out keeps what the offering has (50 for a new one; staff edit it
+in the admin). Loading upserts by natural key (vendor name, model id,
 vendor+model, offering+``effective_from``, model+parameter) and deletes nothing, so loading the
 same file twice changes nothing and a test can add a vendor on top of the seed. A vendor's
 ``verified_models`` (optional) marks those upstream models verified without a probe. A dump
@@ -251,6 +253,8 @@ def _load_offering(
         "priority": int(spec.get("priority", 100)),
         "enabled": bool(spec.get("enabled", True)),
     }
+    if spec.get("batch_discount_percent") is not None:
+        values["batch_discount_percent"] = _percent(spec["batch_discount_percent"], where)
     offering, _ = offering_model.objects.update_or_create(
         vendor=vendor, model=model, defaults=_fields(offering_model, values)
     )
@@ -274,6 +278,15 @@ def _load_offering(
         )
         loaded += 1
     return loaded
+
+
+def _percent(value: Any, where: str) -> int:
+    """``batch_discount_percent`` as the integer 0-100 it must be."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
+        raise CatalogDocumentError(
+            f"{where}.batch_discount_percent: an integer from 0 to 100, not {value!r}"
+        )
+    return value
 
 
 def _bump_version() -> None:
@@ -311,6 +324,7 @@ def catalog_dump() -> dict[str, Any]:
                 "upstream_model": offering.upstream_model,
                 "priority": offering.priority,
                 "enabled": offering.enabled,
+                "batch_discount_percent": offering.batch_discount_percent,
                 "prices": prices.get(offering.pk, []),
             }
         )

@@ -32,10 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
-import orjson
 from django.conf import settings
 
-from infra import outages
+from infra import jsonio, outages
 
 _pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncpg.Pool] = (
     weakref.WeakKeyDictionary()
@@ -109,8 +108,9 @@ def _connect_kwargs() -> dict[str, Any]:
 
 
 def json_text(value: Any) -> str:
-    """``value`` as the text a ``json``/``jsonb`` parameter takes."""
-    return orjson.dumps(value).decode()
+    """``value`` as the text a ``jsonb`` parameter takes (:func:`infra.jsonio.jsonb_text`: a
+    NUL stored as U+FFFD, a lone surrogate as "?")."""
+    return jsonio.jsonb_text(value)
 
 
 async def _no_session_state(conn: asyncpg.Connection) -> None:

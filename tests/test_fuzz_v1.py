@@ -324,6 +324,11 @@ def test_the_document_is_served_without_a_key(live_url: str, transactional_db: N
         "/responses",
         "/models",
         "/models/{model}",
+        "/messages",
+        "/batches",
+        "/batches/{batch_id}/cancel",
+        "/files",
+        "/files/{file_id}/content",
     }
 
 

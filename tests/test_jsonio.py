@@ -33,3 +33,17 @@ def test_canonical_is_the_same_for_equal_values_in_any_key_order() -> None:
     assert jsonio.canonical({"x": [1, 2]}) != jsonio.canonical({"x": [2, 1]})
     # What orjson refuses (a key that is not a string) still gets one canonical form.
     assert jsonio.canonical({2: "b", 1: "a"}) == jsonio.canonical({1: "a", 2: "b"})
+
+
+@pytest.mark.django_db
+def test_jsonb_text_stores_nul_as_the_replacement_character_and_nothing_else_changes() -> None:
+    """PostgreSQL's jsonb refuses ``\\u0000``; an escaped backslash before ``u0000`` is text."""
+    from django.db import connection
+
+    from infra.jsonio import jsonb_text
+
+    value = {"k\x00": ["a\x00b", "a\\u0000b", "\\\x00", "\ud800"]}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::jsonb", [jsonb_text(value)])
+        stored = json.loads(cursor.fetchone()[0])
+    assert stored == {"k\ufffd": ["a\ufffdb", "a\\u0000b", "\\\ufffd", "?"]}

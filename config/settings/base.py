@@ -354,6 +354,7 @@ INSTALLED_APPS += ["batches"]
 INFRAI_BATCH_MAX_LINES = env.int("INFRAI_BATCH_MAX_LINES", default=50_000)
 # Lines of one batch a worker runs at once.
 INFRAI_BATCH_CONCURRENCY = env.int("INFRAI_BATCH_CONCURRENCY", default=4)
+INFRAI_OPENAPI_PARTS += ["batches.schema.openapi_part"]  # its /v1 operations
 
 # --- operations (docs/deploy.md) ---
 # Metrics, traces and call logs (infra/observability). /metrics answers only this Bearer token

@@ -106,6 +106,7 @@ async def responses(request: ApiRequest) -> Response | StreamingResponse:
         stream=chat.stream or parsed.background,
     )
     call.prompt = lambda: str(chat.payload["messages"])
+    call.unforwarded = lambda _candidate: parsed.ignored
     try:  # routing first: a request no model can take is a 400 (param as Responses names it)
         await route_and_limit(call, chat)
     except (ApiError, RoutingError) as exc:

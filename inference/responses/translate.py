@@ -17,6 +17,7 @@ response keeps of its own input (the items ``GET /v1/responses/{id}/input_items`
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import re
 import secrets
@@ -29,19 +30,64 @@ from inference.chat.validation import ChatRequest, parse_chat_request
 from inference.vendors.base import JSON
 from money.pricing import Usage
 
-# Responses fields → chat fields with the same meaning.
-_SAME = (
-    "model", "temperature", "top_p", "stream", "parallel_tool_calls", "user", "seed",
-    "presence_penalty", "frequency_penalty", "top_k", "repetition_penalty", "task", "prefer",
-    "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key",
+
+class Handling(enum.Enum):
+    """What infrai does with a Responses request field."""
+
+    SAME = "same"  # a chat field of the same name and meaning, forwarded as such
+    TRANSLATED = "translated"  # mapped onto chat fields
+    STATEFUL = "stateful"  # read by the endpoint: storing, background, the chain
+    IGNORED = "ignored"  # accepted, not forwarded, reported in ``ignored_params``
+    UNSUPPORTED = "unsupported"  # accepted by OpenAI, refused here with what to do instead
+
+
+# Every field of OpenAI's ``POST /v1/responses`` request body (its API reference and the
+# official SDK's ``ResponseCreateParams``), and what infrai does with it; the one list. A field
+# not listed (nor one of :data:`_EXTENSIONS`) is refused as OpenAI refuses it (400
+# ``unknown_parameter``).
+FIELDS: dict[str, Handling] = {
+    "model": Handling.SAME,
+    "temperature": Handling.SAME,
+    "top_p": Handling.SAME,
+    "stream": Handling.SAME,
+    "parallel_tool_calls": Handling.SAME,
+    "user": Handling.SAME,
+    "metadata": Handling.SAME,
+    "service_tier": Handling.SAME,
+    "safety_identifier": Handling.SAME,
+    "prompt_cache_key": Handling.SAME,
+    "store": Handling.STATEFUL,  # our store; the vendor is never asked to store a completion
+    "background": Handling.STATEFUL,
+    "previous_response_id": Handling.STATEFUL,
+    "input": Handling.TRANSLATED,
+    "instructions": Handling.TRANSLATED,
+    "max_output_tokens": Handling.TRANSLATED,
+    "tools": Handling.TRANSLATED,
+    "tool_choice": Handling.TRANSLATED,
+    "text": Handling.TRANSLATED,  # format → response_format, verbosity → verbosity
+    "reasoning": Handling.TRANSLATED,  # effort → reasoning_effort; the rest ignored
+    "truncation": Handling.IGNORED,
+    "include": Handling.IGNORED,
+    "max_tool_calls": Handling.IGNORED,
+    "top_logprobs": Handling.IGNORED,
+    "stream_options": Handling.IGNORED,
+    "prompt_cache_retention": Handling.IGNORED,
+    "prompt_cache_options": Handling.IGNORED,
+    "context_management": Handling.IGNORED,
+    "moderation": Handling.IGNORED,
+    "conversation": Handling.UNSUPPORTED,
+    "prompt": Handling.UNSUPPORTED,
+}
+# Beyond OpenAI's list: the platform's own fields, chat's open-model sampling fields and the
+# penalties (refused with the spec's text unless 0), taken as chat takes them.
+_EXTENSIONS = (
+    "task", "prefer", "top_k", "repetition_penalty", "seed", "presence_penalty",
+    "frequency_penalty",
 )  # fmt: skip
-# Accepted and not forwarded: they do not change a chat completion.
-_IGNORED = {"reasoning", "truncation", "include", "max_tool_calls"}
-_TRANSLATED = {"input", "instructions", "max_output_tokens", "tools", "tool_choice", "text"}
-# Read by the endpoint (inference.endpoints.responses): storing, background, the chain.
-_STATEFUL = {"background", "previous_response_id"}
+_SAME = tuple(n for n, h in FIELDS.items() if h is Handling.SAME) + _EXTENSIONS
 _UNSUPPORTED = {
-    "conversation": "Stored conversations are not kept; send the whole conversation in 'input'.",
+    "conversation": "Stored conversations are not kept; send the whole conversation in 'input' "
+    "or continue a stored response with 'previous_response_id'.",
     "prompt": "Stored prompt templates are not supported; send 'instructions' and 'input'.",
 }
 _PARAM_NAMES = {
@@ -64,6 +110,7 @@ class ResponsesRequest:
     store: bool = True
     background: bool = False
     previous_response_id: str | None = None
+    ignored: tuple[str, ...] = ()
 
 
 def responses_param(param: str | None) -> str | None:
@@ -296,6 +343,20 @@ def _reported_only(data: JSON) -> JSON:
     return out
 
 
+def _ignored(data: JSON) -> tuple[str, ...]:
+    """The accepted fields this request sets that no chat vendor is sent (``reasoning``'s
+    parts other than ``effort`` named as ``reasoning.<part>``)."""
+    ignored = {
+        name
+        for name, handling in FIELDS.items()
+        if handling is Handling.IGNORED and data.get(name) is not None
+    }
+    reasoning = data.get("reasoning")
+    if isinstance(reasoning, dict):
+        ignored |= {f"reasoning.{k}" for k, v in reasoning.items() if k != "effort" and v}
+    return tuple(sorted(ignored))
+
+
 def stateful_fields(data: JSON) -> tuple[bool, bool, str | None]:
     """``store`` (default true), ``background`` (default false) and ``previous_response_id``
     of a Responses request body, type-checked (400 naming the field)."""
@@ -313,7 +374,7 @@ def parse_responses_request(data: JSON, history: list[JSON] | None = None) -> Re
         if data.get(name) is not None:
             raise InvalidRequest(message, code="unsupported_parameter", param=name)
     store, background, previous = stateful_fields(data)
-    unknown = sorted(set(data) - set(_SAME) - _IGNORED - _TRANSLATED - _STATEFUL)
+    unknown = sorted(set(data) - set(FIELDS) - set(_EXTENSIONS))
     if unknown:
         raise InvalidRequest(
             f"Unrecognized request argument supplied: {unknown[0]}",
@@ -357,7 +418,12 @@ def parse_responses_request(data: JSON, history: list[JSON] | None = None) -> Re
         "previous_response_id": previous,
     }
     return ResponsesRequest(
-        chat=chat, echo=echo, store=store, background=background, previous_response_id=previous
+        chat=chat,
+        echo=echo,
+        store=store,
+        background=background,
+        previous_response_id=previous,
+        ignored=_ignored(data),
     )
 
 

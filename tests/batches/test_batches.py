@@ -118,6 +118,16 @@ def test_a_batch_reserves_its_worst_case_and_settles_each_line_at_the_batch_pric
     assert not LedgerEntry.objects.filter(request_id=batch.id).exists()
     assert wallet().balance_nanos == start - charged
     assert done.model_extra and done.model_extra["infrai"]["cost_usd"] == nanos_to_usd_str(charged)
+    # The batch object's usage (OpenAI's shape) is the sum of what its lines logged.
+    rows = RequestLog.objects.filter(request_id__in=[o["response"]["request_id"] for o in out])
+    assert done.usage is not None
+    assert done.usage.input_tokens == sum(r.input_tokens for r in rows) > 0
+    assert done.usage.output_tokens == sum(r.output_tokens for r in rows) > 0
+    assert done.usage.input_tokens_details.cached_tokens == sum(r.cached_input_tokens for r in rows)
+    assert done.usage.output_tokens_details.reasoning_tokens == sum(
+        r.reasoning_tokens for r in rows
+    )
+    assert done.usage.total_tokens == done.usage.input_tokens + done.usage.output_tokens
     assert_books_clean()
 
 
@@ -308,3 +318,32 @@ def test_a_batch_of_an_unsupported_endpoint_or_window_is_a_400(
         client.batches.create(input_file_id=assigned.id, endpoint=CHAT_URL, completion_window="24h")
     assert refused.value.body["param"] == "input_file_id"  # type: ignore[index]
     assert not Batch.objects.exists()
+
+
+def test_lines_and_metadata_carrying_nul_characters_run_and_settle(
+    fake_catalog: Any, issue_key: Callable[..., str], client_for: Callable[..., openai.OpenAI]
+) -> None:
+    """PostgreSQL's jsonb refuses a NUL character: a batch whose lines (and answers) carry one
+    is stored with U+FFFD in its place, never a 500 with the reservation left open."""
+    client = client_for(issue_key())
+    batch = client.batches.create(
+        input_file_id=upload(client, [chat_line("nul-id", "say \x00 this")]),
+        endpoint=CHAT_URL,
+        completion_window="24h",
+        metadata={"k\x00": "v\x00"},
+    )
+    assert runner.run_sync(batch.id) == 1
+    done = client.batches.retrieve(batch.id)
+    assert done.metadata == {"k\ufffd": "v\ufffd"}
+    assert done.status == "completed" and done.request_counts.completed == 1
+    [out] = output_lines(client, done.output_file_id)
+    assert out["custom_id"] == "nul-id" and out["response"]["status_code"] == 200
+    # A custom_id, the caller's key to its answers, is refused rather than altered.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.batches.create(
+            input_file_id=upload(client, [chat_line("nul\x00id", "x")]),
+            endpoint=CHAT_URL,
+            completion_window="24h",
+        )
+    assert refused.value.body["param"] == "line[1].custom_id"
+    assert_books_clean()

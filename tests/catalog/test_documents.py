@@ -163,6 +163,43 @@ def test_invalid_prices_are_refused_and_nothing_is_written(seeded, price):
     assert _counts() == before
 
 
+def _offering_doc(**offering: object) -> dict[str, object]:
+    return {
+        "models": [
+            {
+                "id": "gpt-4o-mini",
+                "owned_by": "openai",
+                "offerings": [{"vendor": "openai", "upstream_model": "gpt-4o-mini", **offering}],
+            }
+        ]
+    }
+
+
+def test_the_batch_discount_is_read_written_and_kept_when_left_out(seeded):
+    """A document sets an offering's batch discount; one that leaves it out keeps what staff
+    set; a dump carries it, so a round trip keeps it."""
+    mini = Offering.objects.filter(model__model_id="gpt-4o-mini", vendor__name="openai")
+    catalog_load(_offering_doc(batch_discount_percent=30))
+    assert mini.get().batch_discount_percent == 30
+    mini.update(batch_discount_percent=40)  # staff, in the admin
+    catalog_load(_offering_doc())
+    assert mini.get().batch_discount_percent == 40
+    [dumped] = [
+        o
+        for m in catalog_dump()["models"]
+        if m["id"] == "gpt-4o-mini"
+        for o in m["offerings"]
+        if o["vendor"] == "openai"
+    ]
+    assert dumped["batch_discount_percent"] == 40
+
+
+@pytest.mark.parametrize("percent", [101, -1, "50", 12.5, True])
+def test_a_batch_discount_outside_0_to_100_is_refused(seeded, percent):
+    with pytest.raises(CatalogDocumentError, match="batch_discount_percent"):
+        catalog_load(_offering_doc(batch_discount_percent=percent))
+
+
 def test_load_command_reports_a_bad_file(tmp_path: Path, db):
     path = tmp_path / "bad.yaml"
     path.write_text("- just\n- a list\n")

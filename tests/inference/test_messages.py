@@ -440,3 +440,15 @@ def test_count_tokens_refuses_what_anthropic_refuses_there(issue_key, api_base):
     assert response.status_code == 400
     assert response.json()["error"]["type"] == "invalid_request_error"
     assert response.json()["error"]["param"] == "max_tokens"
+
+
+def test_every_field_anthropics_messages_api_accepts_is_in_the_one_list() -> None:
+    """The accepted-field list is Anthropic's own: every field of the official SDK's
+    ``MessageCreateParams`` and ``MessageCountTokensParams`` is accepted where it belongs."""
+    from anthropic.types.message_count_tokens_params import MessageCountTokensParams
+    from anthropic.types.message_create_params import MessageCreateParamsBase
+
+    from inference.messages import translate
+
+    assert set(MessageCreateParamsBase.__annotations__) <= set(translate.FIELDS)
+    assert set(MessageCountTokensParams.__annotations__) <= translate.COUNT_TOKENS

@@ -194,3 +194,49 @@ def test_bad_requests_are_400_before_any_hold(issue_key, api_base, fakes, body, 
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
     assert not Hold.objects.exists() and not fakes["primary"].requests
+
+
+def test_every_field_openais_responses_api_accepts_is_in_the_one_list() -> None:
+    """The accepted-field list is OpenAI's own: every field of the official SDK's
+    ``ResponseCreateParams`` has a handling, and the refused ones say what to do instead."""
+    from openai.types.responses.response_create_params import ResponseCreateParamsBase
+
+    from inference.responses import translate
+
+    assert set(ResponseCreateParamsBase.__annotations__) <= set(translate.FIELDS)
+    unsupported = {n for n, h in translate.FIELDS.items() if h is translate.Handling.UNSUPPORTED}
+    assert unsupported == set(translate._UNSUPPORTED)
+
+
+def test_accepted_fields_a_chat_vendor_is_not_sent_are_reported(issue_key, api_base, fakes):
+    """Fields agents send that a chat completion has no use for are accepted, kept from the
+    vendor and named in ``X-Infrai-Ignored-Params``; a field OpenAI does not accept is refused."""
+    headers = {"authorization": f"Bearer {issue_key()}"}
+    body = {
+        "model": "test-large",
+        "input": "hi",
+        "truncation": "auto",
+        "include": ["reasoning.encrypted_content"],
+        "top_logprobs": 2,
+        "prompt_cache_retention": "24h",
+        "reasoning": {"summary": "auto"},
+        "context_management": [{"type": "compaction", "compact_threshold": 1000}],
+    }
+    response = httpx.post(f"{api_base}/responses", json=body, headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+    reported = set(response.headers["x-infrai-ignored-params"].split(","))
+    assert reported >= {
+        "truncation",
+        "include",
+        "top_logprobs",
+        "prompt_cache_retention",
+        "reasoning.summary",
+        "context_management",
+    }
+    sent = fakes["primary"].requests[-1]
+    assert not {"truncation", "include", "top_logprobs", "context_management"} & set(sent)
+    refused = httpx.post(
+        f"{api_base}/responses", json={**body, "frobnicate": 1}, headers=headers, timeout=30
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "frobnicate"

@@ -75,6 +75,9 @@ def test_previous_response_id_works_on_the_very_next_call(keeping_key, client_fo
     texts = [m["content"] for m in fake_catalog["primary"].requests[-1]["messages"]]
     assert texts[1:4] == ["Echo: alpha beta", [{"type": "text", "text": "gamma"}], "Echo: gamma"]
     assert third.output_text == "Echo: delta"
+    # A chained response's input items are its own input, not the conversation it continues.
+    items = client.responses.input_items.list(third.id).data
+    assert [[(c.type, c.text) for c in i.content] for i in items] == [[("input_text", "delta")]]
     assert_books_clean()
 
 

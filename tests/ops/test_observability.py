@@ -140,6 +140,45 @@ def test_metrics_moved_by_exactly_the_calls_made(
     )
 
 
+def test_each_dialect_is_counted_under_its_own_endpoint(
+    fake_catalog: Any, issue_key: Callable[..., str], live_url: str, metrics_token: str
+) -> None:
+    """Responses, Anthropic Messages (and count_tokens) and the Batch API move the same
+    counters as chat, each under its own ``endpoint`` label, exactly as the request log has
+    them."""
+    import anthropic
+
+    key = issue_key()
+    before = scrape(live_url)
+    client = openai.OpenAI(base_url=live_url + "/v1", api_key=key, max_retries=0)
+    client.responses.create(model="test-large", input=PROMPT, store=False)
+    claude = anthropic.Anthropic(base_url=live_url, api_key=key, max_retries=0)
+    claude.messages.create(model="test-large", max_tokens=20, messages=HI)
+    with claude.messages.stream(model="test-large", max_tokens=20, messages=HI) as stream:
+        stream.get_final_message()
+    claude.messages.count_tokens(model="test-large", messages=HI)
+    client.batches.list()
+
+    rows = wait_for(lambda: (r := list(RequestLog.objects.all())) and len(r) == 5 and r)
+    after = scrape(live_url)
+
+    def grew(name: str, **labels: str) -> float:
+        return total(after, name, **labels) - total(before, name, **labels)
+
+    by_endpoint = Counter(r.endpoint for r in rows)
+    assert by_endpoint["responses"] == 1 and by_endpoint["messages"] == 2
+    assert len(by_endpoint) == 4  # count_tokens and the batch list: their own labels
+    for endpoint, n in by_endpoint.items():
+        assert grew("infrai_calls_total", endpoint=endpoint) == n, endpoint
+    for path, n in (("/v1/responses", 1), ("/v1/messages", 2), ("/v1/batches", 1)):
+        assert grew("infrai_http_requests_total", endpoint=path, status="200") == n, path
+    for direction, field in (("input", "input_tokens"), ("output", "output_tokens")):
+        assert grew("infrai_tokens_total", direction=direction) == sum(
+            getattr(r, field) for r in rows
+        )
+    assert grew("infrai_cost_nanos_total") == sum(r.cost_nanos for r in rows) > 0
+
+
 def test_metrics_answer_only_their_token(live_url: str, settings: Any, db: None) -> None:
     settings.INFRAI_METRICS_TOKEN = ""
     assert httpx.get(live_url + "/metrics").status_code == 404
