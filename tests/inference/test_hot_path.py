@@ -167,11 +167,13 @@ def test_a_row_the_database_refuses_is_settled_alone_with_a_minimal_row(
     issue_key, transactional_db, monkeypatch
 ):
     """The row's INSERT fails inside the settlement's statement (a NUL the cleaning would have
-    removed reaches the JSON column): that statement writes nothing, then the hold is settled
-    alone and a minimal ``log_write_failed`` row written — charged once, logged once."""
+    removed reaches a text column, which PostgreSQL refuses): that statement writes nothing,
+    then the hold is settled alone and a minimal ``log_write_failed`` row written — charged
+    once, logged once."""
     monkeypatch.setattr(settlement, "_clean_row", lambda row: None)
     key = issue_key(credit_usd="1")
     row = _held_call(key, "req_loop_refused", 10_000)
+    row.prompt = "a prompt with a NUL \x00 in it"
     _settle_on_loop(row, 700)
     stored = RequestLog.objects.get(request_id="req_loop_refused")
     assert (stored.error_code, stored.routing, stored.cost_nanos) == ("log_write_failed", {}, 700)
