@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from accounts import keys
 from accounts.models import ApiKey
-from accounts.services import KEY_CACHE_PREFIX
+from accounts.services import key_cache_key, key_slot_tag
 from config.errors import AuthenticationFailed
 from infra import background, fastcache, observability
 from infra.db import db_async
@@ -170,8 +170,15 @@ async def confirm(ctx: KeyContext, cached: str | None) -> KeyContext:
 
 
 def cache_key(key_hash: str) -> str:
-    """The shared cache's key for the context of the API key hashed ``key_hash``."""
-    return KEY_CACHE_PREFIX + key_hash
+    """The shared cache's key for the context of the API key hashed ``key_hash`` (under the
+    key's hash tag, :func:`slot_tag`)."""
+    return key_cache_key(key_hash)
+
+
+def slot_tag(key_hash: str) -> str:
+    """The Redis Cluster hash tag of every key kept per API key (:func:`cache_key`, the
+    rate-limit counters of ``inference.limits``): a pipeline over them stays on one slot."""
+    return key_slot_tag(key_hash)
 
 
 async def _current(key_hash: str, cached: str | None) -> KeyContext:

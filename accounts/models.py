@@ -77,6 +77,23 @@ class Organization(models.Model):
             "and previous_response_id is refused."
         ),
     )
+    request_log_retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Days the request log keeps this organization's calls (their metadata); empty: the "
+            "platform's default (INFRAI_REQUEST_LOG_RETENTION_DAYS). Daily usage sums are kept "
+            "regardless."
+        ),
+    )
+    prompt_retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Days a logged prompt (log_prompts) is kept before it is cleared from its call's row; "
+            "empty: the platform's default (INFRAI_PROMPT_RETENTION_DAYS)."
+        ),
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:

@@ -230,7 +230,18 @@ def api_key_limits_set(
 
 def api_key_cache_forget(*, key_hash: str) -> None:
     """Drop the cached authentication of a key (shared cache: all processes see it)."""
-    fastcache.delete_sync(KEY_CACHE_PREFIX + key_hash)
+    fastcache.delete_sync(key_cache_key(key_hash))
+
+
+def key_slot_tag(key_hash: str) -> str:
+    """The Redis Cluster hash tag of everything kept per API key (its cache entry, its
+    rate-limit counters): one slot, so one pipeline may touch them all (``inference.limits``)."""
+    return "{k:" + key_hash + "}"
+
+
+def key_cache_key(key_hash: str) -> str:
+    """The shared cache's key for the context of the API key hashed ``key_hash``."""
+    return KEY_CACHE_PREFIX + key_slot_tag(key_hash)
 
 
 class LastOwnerError(ValueError):

@@ -27,6 +27,7 @@ from django.utils import timezone
 from batches.models import FINAL, RUNNABLE, Batch, BatchLine, BatchStatus, LineStatus
 from billing.services import HoldNotFound, hold_settle
 from config.errors import ApiError, InvalidRequest
+from inference import request_ids
 from money.pricing import Usage
 from vectors import files
 
@@ -176,7 +177,7 @@ def line_next(*, batch_id: int) -> BatchLine | None:
         if line is None:
             return None
         line.public_id = "batch_req_" + secrets.token_hex(12)
-        line.request_id = "req_" + secrets.token_hex(12)
+        line.request_id = request_ids.new()  # carries its time: the log's partition key
         line.save(update_fields=["public_id", "request_id"])
     Batch.objects.filter(pk=batch_id).update(lease_until=timezone.now() + LEASE)
     return line

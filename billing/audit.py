@@ -26,7 +26,11 @@ the tests.
   ``request_id``, or one of another amount — except a settlement after the hold expired that
   could only collect what the wallet had left (its hold had a ``hold_expired`` entry and
   captured exactly what the entry charged; the entry's description says what went uncollected);
-- ``entry_without_log``: ``usage`` entries with no request log of that ``request_id``.
+- ``entry_without_log``: ``usage`` entries with no request log of that ``request_id`` —
+  among entries younger than their organization's request-log retention
+  (``Organization.request_log_retention_days``, else ``INFRAI_REQUEST_LOG_RETENTION_DAYS``)
+  less :data:`RETENTION_MARGIN`: older calls' rows are deleted by design
+  (:mod:`inference.partitions`), their entries stay.
 
 The request log belongs to the inference app; billing must not import inference modules, so
 its model is looked up by name (``apps.get_model("inference", "RequestLog")``) and the two
@@ -45,10 +49,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.apps import apps
+from django.conf import settings
 from django.db import connection, models, transaction
 from django.db.models import (
     BigIntegerField,
+    DateTimeField,
     Exists,
+    ExpressionWrapper,
     F,
     OuterRef,
     Q,
@@ -68,6 +75,10 @@ from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry, Process, Pr
 EXPIRY_GRACE_S = 120
 #: At most this many findings per check (the rest are summarised in one line).
 LIMIT = 50
+# An entry is expected to have its request log until this long before its organization's
+# retention ends (the log's row carries the call's arrival, the entry its settlement: up to a
+# stream's longest run later, and the retention task runs hourly).
+RETENTION_MARGIN = dt.timedelta(days=1)
 
 #: Checks that compare the ledger with the inference app's request log.
 LOG_CHECKS = frozenset({"negative_cost", "log_without_entry", "entry_without_log"})
@@ -365,8 +376,16 @@ def _request_logs(report: AuditReport) -> None:
             else f"request {r[0]}: cost {r[1]} != usage entry {r[2]}"
         ),
     )
+    retention_days = Coalesce(
+        F("wallet__organization__request_log_retention_days"),
+        Value(int(settings.INFRAI_REQUEST_LOG_RETENTION_DAYS)),
+    )
+    kept_since = ExpressionWrapper(
+        Value(timezone.now() + RETENTION_MARGIN) - retention_days * Value(dt.timedelta(days=1)),
+        output_field=DateTimeField(),
+    )
     orphans = (
-        LedgerEntry.objects.filter(kind=EntryKind.USAGE)
+        LedgerEntry.objects.filter(kind=EntryKind.USAGE, created_at__gte=kept_since)
         .exclude(Exists(request_log.objects.filter(request_id=OuterRef("request_id"))))
         .order_by("pk")
         .values_list("request_id", "wallet_id", "amount_nanos")

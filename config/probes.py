@@ -5,6 +5,11 @@ For orchestrators: restart a process whose ``/healthz`` fails; send traffic only
 script). ``/metrics`` answers only a ``Authorization: Bearer <INFRAI_METRICS_TOKEN>`` (404
 when the token is not configured, 401 for a wrong one); nginx does not pass it on, so
 Prometheus scrapes a web process's own port.
+
+With a read replica configured (``DATABASE_REPLICA_URL``), ``/readyz`` also has a ``replica``
+check and its lag under ``details``; the check never makes a process unready (:data:`ADVISORY`):
+a replica away or more than ``INFRAI_REPLICA_MAX_LAG_S`` behind only sends the dashboard's
+reads to the primary, which the ``database`` check covers.
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from config import scrape
-from infra import adb
+from infra import adb, db_router
 from infra.db import db_async
 
 # The longest each readiness check may take: a probe must answer, even about a database that
 # does not.
 PROBE_TIMEOUT_S = 2.0
+# Checks shown in /readyz that never make a process unready.
+ADVISORY = frozenset({"replica"})
 
 
 async def healthz(request: HttpRequest) -> JsonResponse:
@@ -62,12 +69,39 @@ async def readiness() -> dict[str, str]:
     return checks
 
 
+async def replica_details() -> dict[str, object] | None:
+    """The replica measured now (``None``: none configured): ``check`` (``ok`` or why reads go
+    to the primary), ``lag_s``, ``lag_bytes`` (``None`` when unknown) and ``reads``
+    (``replica`` or ``primary``)."""
+    if not db_router.configured():
+        return None
+    max_lag_s = float(settings.INFRAI_REPLICA_MAX_LAG_S)
+    try:
+        state = await asyncio.wait_for(
+            db_async(db_router.replica_state)(max_age_s=0), PROBE_TIMEOUT_S
+        )
+    except TimeoutError:
+        state = db_router.ReplicaState(error="TimeoutError")
+    assert state is not None
+    return {
+        "check": state.describe(max_lag_s),
+        "lag_s": state.lag_s,
+        "lag_bytes": state.lag_bytes,
+        "reads": "replica" if state.usable(max_lag_s) else "primary",
+    }
+
+
 async def readyz(request: HttpRequest) -> JsonResponse:
-    """200 ``{"status": "ready", "checks": …}`` or 503 ``{"status": "not_ready", …}``."""
+    """200 ``{"status": "ready", "checks": …}`` or 503 ``{"status": "not_ready", …}``; with a
+    replica, ``checks["replica"]`` and ``details["replica"]`` (:func:`replica_details`)."""
     checks = await readiness()
-    ready = all(v == "ok" for v in checks.values())
+    body: dict[str, object] = {"checks": checks}
+    if (replica := await replica_details()) is not None:
+        checks["replica"] = str(replica["check"])
+        body["details"] = {"replica": replica}
+    ready = all(v == "ok" for k, v in checks.items() if k not in ADVISORY)
     return JsonResponse(
-        {"status": "ready" if ready else "not_ready", "checks": checks},
+        {"status": "ready" if ready else "not_ready", **body},
         status=200 if ready else 503,
     )
 

@@ -39,6 +39,7 @@ class ScrapeCollector(Collector):
             ("holds", _hold_families),
             ("audit", _audit_families),
             ("gpu_backend", _gpu_backend_families),
+            ("replica", _replica_families),
         ):
             try:
                 yield from list(collect())
@@ -103,6 +104,39 @@ def _audit_families() -> Iterator[Metric]:
         "When the last billing audit ran (Unix time).",
         value=float(result["at"]),
     )
+
+
+def _replica_families() -> Iterator[Metric]:
+    """The read replica's state measured now (nothing without ``DATABASE_REPLICA_URL``)."""
+    from django.conf import settings
+
+    from infra import db_router
+
+    state = db_router.replica_state(max_age_s=0)
+    if state is None:
+        return
+    yield GaugeMetricFamily(
+        "infrai_db_replica_up",
+        "1 if the read replica answered as a standby.",
+        value=1 if state.available else 0,
+    )
+    yield GaugeMetricFamily(
+        "infrai_db_replica_reads",
+        "1 while reads go to the replica, 0 while they go to the primary.",
+        value=1 if state.usable(settings.INFRAI_REPLICA_MAX_LAG_S) else 0,
+    )
+    if state.lag_s is not None:
+        yield GaugeMetricFamily(
+            "infrai_db_replica_lag_seconds",
+            "How far the read replica's replay is behind the primary (0 when caught up).",
+            value=state.lag_s,
+        )
+    if state.lag_bytes is not None:
+        yield GaugeMetricFamily(
+            "infrai_db_replica_lag_bytes",
+            "WAL the primary has written that the read replica has not replayed.",
+            value=state.lag_bytes,
+        )
 
 
 def _gpu_backend_families() -> Iterator[Metric]:

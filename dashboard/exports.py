@@ -109,7 +109,19 @@ def usage_csv(
     out = io.StringIO()
     writer = csv.writer(out)
     first = "date" if by is None else by
-    writer.writerow([first, "requests", "input_tokens", "output_tokens", "cost_usd"])
+    writer.writerow(
+        [
+            first,
+            "requests",
+            "input_tokens",
+            "output_tokens",
+            "cost_usd",
+            # Parts of input_tokens / output_tokens; last, so earlier columns keep their place.
+            "cached_input_tokens",
+            "cache_write_tokens",
+            "reasoning_tokens",
+        ]
+    )
     rows: list[UsageRow]
     if by is None:
         rows = selectors.usage_by_day(organization_id=organization_id, start=start, end=end)
@@ -126,6 +138,9 @@ def usage_csv(
                 row.input_tokens,
                 row.output_tokens,
                 nanos_to_usd_str(row.cost_nanos),
+                row.cached_input_tokens,
+                row.cache_write_tokens,
+                row.reasoning_tokens,
             ]
         )
     return out.getvalue()

@@ -43,7 +43,6 @@ import asyncio
 import json
 import logging
 import re
-import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +60,7 @@ from config.errors import (
     RequestTooLarge,
     internal_error,
 )
+from inference import request_ids
 from inference.errors import api_error
 from infra import jsonio, outages
 from infra.querystring import query_value_error, unstorable_param
@@ -111,8 +111,9 @@ def json_too_deep(body: bytes) -> bool:
 
 
 def new_request_id() -> str:
-    """A request id as shown to callers: ``req_`` + 24 hex characters."""
-    return "req_" + secrets.token_hex(12)
+    """A request id as shown to callers: ``req_`` + 24 hex characters, the first 12 its
+    creation time (:mod:`inference.request_ids`: the request log's partition key)."""
+    return request_ids.new()
 
 
 @dataclass

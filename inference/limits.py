@@ -63,7 +63,8 @@ async def admit(key: KeyContext, *, tokens: int) -> tuple[LimitState, KeyContext
     now = time.time()
     window = int(now // WINDOW_S)
     reset_s = (window + 1) * WINDOW_S - now
-    base = f"rl:{key.key_id}:{window}"
+    # Under the key's hash tag, as its cache entry: one slot, one round trip in a cluster.
+    base = f"rl:{auth.slot_tag(key.key_hash)}:{window}"
     cached, (requests, used_tokens) = await fastcache.get_raw_and_incr_many(
         auth.cache_key(key.key_hash), [(base + ":r", 1), (base + ":t", tokens)], WINDOW_S + 5
     )

@@ -7,11 +7,15 @@ can see both. It is on the request path, not deferred.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from config.errors import ApiError
+from inference import request_ids
 from infra.outages import OUTAGE_CODE
 
 
@@ -42,7 +46,30 @@ class UsageSource(models.TextChoices):
 
 class RequestLog(models.Model):
     """One call. Tenant references are plain ids (no FK) so the writer never waits on locks
-    and rows survive key deletion; the dashboard filters by ``organization_id`` first."""
+    and rows survive key deletion; the dashboard filters by ``organization_id`` first.
+
+    **Partitioned by month of ``created_at``** (``docs/deploy.md``, "The request log at
+    scale"): migration 0010 made the table a ``PARTITION BY RANGE (created_at)`` parent with
+    monthly partitions ``inference_requestlog_pYYYYMM`` and a ``…_default`` partition that
+    catches rows outside them; :func:`inference.partitions.maintain` (beat) creates partitions
+    ahead and drops those past every organization's retention. PostgreSQL requires the
+    partition key in every unique constraint, so the primary key is ``(id, created_at)`` in
+    the database (Django keeps ``id`` as its pk: ids come from one sequence and stay unique,
+    and the admin and ``update_or_create`` work unchanged) and the exactly-once key of the
+    settlement's ``INSERT … ON CONFLICT`` is ``(request_id, created_at)``.
+
+    That key is exact only if every write of a call's row carries the same ``created_at``;
+    the request id carries it (:mod:`inference.request_ids`: ``req_`` + creation time +
+    randomness), so the settlement, the sweeper's ``abandoned`` row and a journal replay all
+    derive it from the id (:func:`created_at_of`). Chosen over a separate unpartitioned table
+    of request ids (one more index entry and heap row on every call, and a table that grows
+    without a partition to drop) and over partitioning by a computed column (the same fact
+    stored twice). ``created_at`` is thus when the call arrived (before: when its row was
+    built, at the end of the call).
+
+    Every insert and every update of a usage column is added to :class:`UsageDaily` by a
+    trigger in the same statement (migration 0010), whoever writes the row.
+    """
 
     request_id = models.CharField(max_length=40)  # unique: Meta.constraints
     organization_id = models.BigIntegerField()
@@ -93,15 +120,87 @@ class RequestLog(models.Model):
             # Platform-wide time ranges (the model status page): a BRIN index is a few pages
             # for a year of rows and costs an insert almost nothing (rows arrive in time order).
             BrinIndex(fields=["created_at"], name="requestlog_created_brin"),
+            # Rows still holding a prompt, for the retention task that clears prompts early.
+            models.Index(
+                fields=["created_at"], name="requestlog_prompt_kept", condition=~Q(prompt="")
+            ),
         ]
         # Not unique=True on the field: PostgreSQL would add a LIKE-only index beside the
-        # unique one, written on every call for queries nobody makes.
+        # unique one, written on every call for queries nobody makes. The partition key must
+        # be part of it (see the class's docstring).
         constraints = [
-            models.UniqueConstraint(fields=["request_id"], name="uniq_requestlog_request"),
+            models.UniqueConstraint(
+                fields=["request_id", "created_at"], name="uniq_requestlog_request_created"
+            ),
         ]
 
     def __str__(self) -> str:
         return self.request_id
+
+
+def created_at_of(request_id: str) -> datetime:
+    """The ``created_at`` every writer of ``request_id``'s log row uses: the time the id
+    carries, else (an id of another format) now."""
+    return request_ids.created_at(request_id) or timezone.now()
+
+
+class UsageDaily(models.Model):
+    """The request log summed per UTC day, organization, project, key, model, vendor and
+    endpoint: what the usage pages, the management usage API and the usage exports read
+    (``GROUP BY`` over a few rows a day instead of every call).
+
+    Written only by the trigger ``inference_usage_daily_apply`` on :class:`RequestLog`
+    (migration 0010), in the statement that writes the log row: an inserted row adds itself,
+    an update of a usage column (the late settlement replacing an ``abandoned`` row) adds the
+    difference. So the sums equal ``GROUP BY`` over the log exactly, whoever writes the log
+    (the settlement, the sweeper, storage metering, the admin, tests). Deleting log rows
+    (retention, dropped partitions) leaves the sums: usage outlives the calls' details.
+
+    ``shard`` (0–7, from the request id's hash) spreads one busy key's calls over eight rows,
+    so concurrent settlements of one key and model rarely wait on one row's lock; readers sum
+    over it.
+    """
+
+    day = models.DateField()
+    organization_id = models.BigIntegerField()
+    project_id = models.BigIntegerField(null=True)
+    api_key_id = models.BigIntegerField(null=True)
+    model = models.CharField(max_length=120)
+    vendor = models.CharField(max_length=64)
+    endpoint = models.CharField(max_length=40)
+    shard = models.SmallIntegerField()
+    requests = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)  # calls whose status is not ok
+    cache_hits = models.BigIntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    cached_input_tokens = models.BigIntegerField(default=0)
+    cache_write_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    reasoning_tokens = models.BigIntegerField(default=0)
+    cost_nanos = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "inference_usage_daily"
+        constraints = [
+            # The trigger's ON CONFLICT target; NULL project/key ids are one group each.
+            models.UniqueConstraint(
+                fields=[
+                    "organization_id",
+                    "day",
+                    "project_id",
+                    "api_key_id",
+                    "model",
+                    "vendor",
+                    "endpoint",
+                    "shard",
+                ],
+                name="uniq_usage_daily_group",
+                nulls_distinct=False,
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.organization_id} {self.day} {self.model}"
 
 
 class ResponseStatus(models.TextChoices):

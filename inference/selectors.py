@@ -4,6 +4,9 @@ and anything else showing an organization its calls read them here, never the ta
 Every function is scoped by ``organization_id`` and a half-open ``[start, end)`` range of
 datetimes, so each query is served by the request log's ``(organization_id, …, -created_at)``
 indexes; aggregation is done by the database (``GROUP BY``), never in Python over rows.
+Usage of whole UTC days is summed over the daily rollups (:class:`inference.models.UsageDaily`,
+equal to the log by construction), a few rows a day instead of every call; other ranges over
+the log (:func:`rollup_days`).
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Literal
 
+from django.conf import settings
 from django.db.models import Aggregate, Case, Count, F, FloatField, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, TruncDate
+from django.utils import timezone
 
 from accounts.models import ApiKey, Project
-from inference.models import RequestLog, RequestStatus
+from inference.models import RequestLog, RequestStatus, UsageDaily
 
 Dimension = Literal["model", "vendor", "project", "key"]
 _DIMENSION_FIELD: dict[Dimension, str] = {
@@ -34,10 +39,13 @@ class UsageRow:
 
     label: str
     requests: int
-    input_tokens: int
-    output_tokens: int
+    input_tokens: int  # every prompt token, cache reads and writes included
+    output_tokens: int  # reasoning tokens included
     cost_nanos: int
     value: Any = None  # the dimension's own value (model name, project or key id) of the row
+    cached_input_tokens: int = 0  # of input_tokens: read from the vendor's prompt cache
+    cache_write_tokens: int = 0  # of input_tokens: written to it
+    reasoning_tokens: int = 0  # of output_tokens: hidden reasoning
 
     @property
     def tokens(self) -> int:
@@ -85,44 +93,96 @@ def _logs(*, organization_id: int, start: datetime, end: datetime) -> QuerySet[R
     )
 
 
-_SUMS = {
+#: The figures every usage row sums, named as :class:`UsageRow`'s fields.
+SUM_FIELDS = (
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cost_nanos",
+)
+_LOG_SUMS: dict[str, Any] = {
     "requests": Count("id"),
-    "input_tokens": Coalesce(Sum("input_tokens"), 0),
-    "output_tokens": Coalesce(Sum("output_tokens"), 0),
-    "cost_nanos": Coalesce(Sum("cost_nanos"), 0),
+    **{f: Coalesce(Sum(f), 0) for f in SUM_FIELDS},
 }
+_ROLLUP_SUMS: dict[str, Any] = {
+    "requests": Coalesce(Sum("requests"), 0),
+    **{f: Coalesce(Sum(f), 0) for f in SUM_FIELDS},
+}
+_NAMES = tuple(_LOG_SUMS)
+
+
+def rollup_days(start: datetime, end: datetime) -> tuple[date, date] | None:
+    """The UTC days ``[first, after)`` whose daily rollups (:class:`UsageDaily`) sum exactly
+    the calls of ``[start, end)``, or None when they cannot (``start`` not at a UTC midnight,
+    ``end`` neither at one nor in the future, or ``INFRAI_USAGE_FROM_ROLLUPS`` off). An ``end``
+    after now counts as the end of its day: no call is logged after its arrival."""
+    if not settings.INFRAI_USAGE_FROM_ROLLUPS:
+        return None
+    lo, hi = start.astimezone(UTC), end.astimezone(UTC)
+    if lo.timetz() != time.min.replace(tzinfo=UTC):
+        return None
+    if hi.timetz() == time.min.replace(tzinfo=UTC):
+        after = hi.date()
+    elif hi >= timezone.now():
+        after = hi.date() + timedelta(days=1)
+    else:
+        return None
+    return lo.date(), max(after, lo.date())
+
+
+@dataclass(frozen=True, slots=True)
+class _Usage:
+    """Where usage of a range is summed: the rows, their UTC day, and the sums."""
+
+    rows: QuerySet[Any]
+    day: Any
+    sums: dict[str, Any]
+
+
+def _usage(*, organization_id: int, start: datetime, end: datetime) -> _Usage:
+    """The daily rollups when they answer ``[start, end)`` exactly (:func:`rollup_days`), else
+    the request log itself."""
+    days = rollup_days(start, end)
+    if days is None:
+        return _Usage(
+            _logs(organization_id=organization_id, start=start, end=end),
+            TruncDate("created_at", tzinfo=UTC),
+            _LOG_SUMS,
+        )
+    rows = UsageDaily.objects.filter(
+        organization_id=organization_id, day__gte=days[0], day__lt=days[1]
+    )
+    return _Usage(rows, F("day"), _ROLLUP_SUMS)
+
+
+def _row(label: str, r: dict[str, Any] | None, value: Any = None) -> UsageRow:
+    sums = {k: r[k] for k in _NAMES} if r else dict.fromkeys(_NAMES, 0)
+    return UsageRow(label=label, value=value, **sums)
 
 
 def usage_totals(*, organization_id: int, start: datetime, end: datetime) -> UsageRow:
     """Requests, tokens and cost of the range in one aggregate query."""
-    agg = _logs(organization_id=organization_id, start=start, end=end).aggregate(**_SUMS)
-    return UsageRow(label="total", **agg)
+    usage = _usage(organization_id=organization_id, start=start, end=end)
+    return _row("total", usage.rows.aggregate(**usage.sums))
 
 
 def usage_by_day(*, organization_id: int, start: date, end: date) -> list[UsageRow]:
     """One row per UTC day from ``start`` to ``end`` inclusive; days without calls are zeros."""
     lo, hi = day_bounds(start, end)
+    usage = _usage(organization_id=organization_id, start=lo, end=hi)
     rows: Any = (  # django-stubs cannot type aggregate keys of values().annotate()
-        _logs(organization_id=organization_id, start=lo, end=hi)
-        .annotate(day=TruncDate("created_at", tzinfo=UTC))
-        .values("day")
-        .annotate(**_SUMS)
-        .order_by("day")
+        usage.rows.annotate(bucket_day=usage.day)
+        .values("bucket_day")
+        .annotate(**usage.sums)
+        .order_by("bucket_day")
     )
-    by_day: dict[date, dict[str, Any]] = {r["day"]: r for r in rows}
+    by_day: dict[date, dict[str, Any]] = {r["bucket_day"]: r for r in rows}
     out: list[UsageRow] = []
     day = start
     while day <= end:
-        r = by_day.get(day)
-        out.append(
-            UsageRow(
-                label=day.isoformat(),
-                requests=r["requests"] if r else 0,
-                input_tokens=r["input_tokens"] if r else 0,
-                output_tokens=r["output_tokens"] if r else 0,
-                cost_nanos=r["cost_nanos"] if r else 0,
-            )
-        )
+        out.append(_row(day.isoformat(), by_day.get(day)))
         day += timedelta(days=1)
     return out
 
@@ -140,26 +200,17 @@ def usage_by(
     Projects and keys are labelled with their names; ids of deleted rows as ``#id``.
     """
     field = _DIMENSION_FIELD[dimension]
+    usage = _usage(organization_id=organization_id, start=start, end=end)
     rows = list(
-        _logs(organization_id=organization_id, start=start, end=end)
-        .values(field)
-        .annotate(**_SUMS)
+        usage.rows.values(field)
+        .annotate(**usage.sums)
+        .filter(requests__gt=0)  # a rollup group emptied by a replaced abandoned row
         .order_by("-cost_nanos", "-requests")[:limit]
     )
     labels = _labels(
         organization_id=organization_id, dimension=dimension, ids=[r[field] for r in rows]
     )
-    return [
-        UsageRow(
-            label=labels.get(r[field], str(r[field] or "—")),
-            requests=r["requests"],
-            input_tokens=r["input_tokens"],
-            output_tokens=r["output_tokens"],
-            cost_nanos=r["cost_nanos"],
-            value=r[field],
-        )
-        for r in rows
-    ]
+    return [_row(labels.get(r[field], str(r[field] or "—")), r, r[field]) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +222,10 @@ class DaySeries:
     label: str
     requests: list[int]
     input_tokens: list[int]
+    cached_input_tokens: list[int]
+    cache_write_tokens: list[int]
     output_tokens: list[int]
+    reasoning_tokens: list[int]
     cost_nanos: list[int]
 
     @property
@@ -195,14 +249,14 @@ def usage_by_day_split(
     lo, hi = day_bounds(start, end)
     named = [(v, label) for v, label in named if v is not None]  # calls without one: "Other"
     values = [v for v, _ in named]
+    usage = _usage(organization_id=organization_id, start=lo, end=hi)
     rows: Any = (
-        _logs(organization_id=organization_id, start=lo, end=hi)
-        .annotate(
-            day=TruncDate("created_at", tzinfo=UTC),
+        usage.rows.annotate(
+            bucket_day=usage.day,
             series=Case(When(**{f"{field}__in": values}, then=F(field)), default=Value(None)),
         )
-        .values("day", "series")
-        .annotate(**_SUMS)
+        .values("bucket_day", "series")
+        .annotate(**usage.sums)
         .order_by()
     )
     days: list[date] = []
@@ -214,11 +268,11 @@ def usage_by_day_split(
     sums: dict[Any, dict[str, list[int]]] = {}
     for r in rows:
         series = r["series"] if r["series"] in values else None
-        bucket = sums.setdefault(series, {k: [0] * len(days) for k in _SUMS})
+        bucket = sums.setdefault(series, {k: [0] * len(days) for k in _NAMES})
         for k in bucket:
-            bucket[k][index[r["day"]]] += r[k]
+            bucket[k][index[r["bucket_day"]]] += r[k]
     out = [
-        DaySeries(value, label, **sums.get(value, {k: [0] * len(days) for k in _SUMS}))
+        DaySeries(value, label, **sums.get(value, {k: [0] * len(days) for k in _NAMES}))
         for value, label in named
     ]
     if None in sums:
@@ -232,10 +286,7 @@ def day_totals(days: list[date], series: list[DaySeries]) -> list[UsageRow]:
     return [
         UsageRow(
             label=day.isoformat(),
-            requests=sum(s.requests[i] for s in series),
-            input_tokens=sum(s.input_tokens[i] for s in series),
-            output_tokens=sum(s.output_tokens[i] for s in series),
-            cost_nanos=sum(s.cost_nanos[i] for s in series),
+            **{k: sum(getattr(s, k)[i] for s in series) for k in _NAMES},
         )
         for i, day in enumerate(days)
     ]

@@ -41,7 +41,7 @@ from config.errors import ApiError, ServiceUnavailable
 from inference.call import Call
 from inference.floor import Floor
 from inference.http import ApiRequest
-from inference.models import RequestLog, RequestStatus
+from inference.models import RequestLog, RequestStatus, created_at_of
 from inference.vendors import fetch as image_fetch
 from inference.vendors import http as vendor_http
 from infra import adb, live, observability, outages
@@ -191,6 +191,7 @@ def log_row(call: Call, *, status: RequestStatus, http_status: int, error_code: 
     served, key = call.answer, call.key
     return RequestLog(
         request_id=call.request_id,
+        created_at=created_at_of(call.request_id),
         organization_id=key.organization_id,
         project_id=key.project_id,
         api_key_id=key.key_id,
@@ -228,6 +229,7 @@ def log_unheld_failure(request: ApiRequest, exc: ApiError) -> None:
     key = request.caller
     row = RequestLog(
         request_id=request.request_id,
+        created_at=created_at_of(request.request_id),
         organization_id=key.organization_id,
         project_id=key.project_id,
         api_key_id=key.key_id,
@@ -439,9 +441,13 @@ def _settle_description(row: RequestLog) -> str:
 _LOG_FIELDS = tuple(f for f in RequestLog._meta.concrete_fields if not f.primary_key)
 # The row of a call. A row already there is kept — the same row committed by an attempt whose
 # answer was lost — unless it is the ``abandoned`` row the sweeper wrote for a call whose
-# settlement was still in this process's journal: the real row replaces it.
+# settlement was still in this process's journal: the real row replaces it. The key includes
+# the partition key; every writer derives ``created_at`` from the request id
+# (:func:`inference.models.created_at_of`), so both rows of a call have the same. The rollup
+# trigger adds the row (or, replacing the abandoned row, the difference) to UsageDaily in this
+# statement.
 _LOG_INSERT = """INSERT INTO {table} ({columns}) VALUES ({values})
-ON CONFLICT (request_id) DO UPDATE SET ({columns}) = ROW({excluded})
+ON CONFLICT (request_id, created_at) DO UPDATE SET ({columns}) = ROW({excluded})
 WHERE {table}.status = '{abandoned}'""".format(
     table=RequestLog._meta.db_table,
     columns=", ".join(str(f.column) for f in _LOG_FIELDS),

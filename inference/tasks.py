@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from accounts.models import Organization
 from billing.models import Hold, HoldStatus, Process
+from inference import partitions, request_ids
 from inference.models import RequestLog, RequestStatus, ResponseStatus, StoredResponse
 
 # A hold whose process was seen alive after it expired may still be settled from that
@@ -47,7 +48,8 @@ def log_abandoned_calls(*, since: dt.timedelta = dt.timedelta(days=2)) -> int:
             organization_id=hold.wallet.organization_id,
             project_id=hold.project_id,
             api_key_id=hold.api_key_id,
-            created_at=hold.created_at,
+            # The call's own time (its id carries it), as its late settlement would write.
+            created_at=request_ids.created_at(hold.request_id) or hold.created_at,
             endpoint="unknown",
             status=RequestStatus.ABANDONED,
             http_status=0,
@@ -125,7 +127,24 @@ def expire_stored_responses_task() -> tuple[int, int]:
     return expire_stored_responses()
 
 
+@shared_task(name="inference.maintain_request_log", ignore_result=True)
+def maintain_request_log_task() -> dict[str, object]:
+    """:func:`inference.partitions.maintain`: partitions ahead, expired ones dropped, rows and
+    prompts past retention deleted in bounded batches (beat, hourly)."""
+    done = partitions.maintain()
+    return {
+        "created": done.created,
+        "dropped": done.dropped,
+        "deleted_rows": done.deleted_rows,
+        "cleared_prompts": done.cleared_prompts,
+    }
+
+
 BEAT_SCHEDULE = {
+    "inference.maintain_request_log": {
+        "task": "inference.maintain_request_log",
+        "schedule": 3600.0,
+    },
     "inference.expire_stored_responses": {
         "task": "inference.expire_stored_responses",
         "schedule": 3600.0,

@@ -1,18 +1,26 @@
-"""A small async key-value store for the ``/v1`` hot path, on Redis.
+"""A small async key-value store for the ``/v1`` hot path, on Redis (one server or a Cluster).
 
 Django's cache API runs its async methods on the one thread-sensitive executor thread, so each
 call would queue behind every other sync call of the process. This store talks to Redis through
-:mod:`infra.resp` (one pipelined connection per event loop, a fraction of redis-py's CPU per
-round trip) and shares keys with the sync helpers below (redis-py; used by revocation in the
-admin/dashboard), so every process sees the same state.
+:mod:`infra.resp` (one pipelined connection per event loop — per master in a cluster — a
+fraction of redis-py's CPU per round trip) and shares keys with the sync helpers below
+(redis-py, :class:`redis.cluster.RedisCluster` for a cluster; used by revocation in the
+admin/dashboard and the catalog version), so every process sees the same state. Its server is
+``INFRAI_HOT_REDIS_URL`` (``REDIS_URL``'s unless set; ``redis+cluster://…`` for a cluster).
+
+Cluster-safe keys: every round trip's keys share a hash slot — a multi-key pipeline's keys carry
+one ``{hash tag}`` (``inference.limits``: the key's cache entry and its counters), and
+:func:`get_many` / :func:`delete_many` send one round trip per slot, concurrently.
 Values are JSON.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import redis
+import redis.cluster
 from django.conf import settings
 
 from infra import jsonio, resp
@@ -22,28 +30,44 @@ def _prefix() -> str:
     return settings.INFRAI_CACHE_PREFIX + ":fc:"
 
 
-_async_client: resp.Client | None = None
-_sync_client: redis.Redis | None = None
+_async_client: resp.Client | resp.ClusterClient | None = None
+_sync_client: redis.Redis | redis.cluster.RedisCluster | None = None
+_sync_url = ""
 
 
 def _redis_url() -> str:
-    return str(settings.REDIS_URL)
+    return str(settings.INFRAI_HOT_REDIS_URL)
 
 
-def _aclient() -> resp.Client:
+def _aclient() -> resp.Client | resp.ClusterClient:
     """The async client for the configured URL (its connections are per event loop)."""
     global _async_client
     url = _redis_url()
     if _async_client is None or _async_client.url != url:
-        _async_client = resp.Client(url)
+        _async_client = resp.ClusterClient(url) if resp.is_cluster_url(url) else resp.Client(url)
     return _async_client
 
 
-def _sclient() -> redis.Redis:
-    global _sync_client
-    if _sync_client is None:
-        _sync_client = redis.Redis.from_url(_redis_url(), decode_responses=True)
+def _sclient() -> redis.Redis | redis.cluster.RedisCluster:
+    """The sync client for the configured URL: redis-py, its cluster client for a cluster."""
+    global _sync_client, _sync_url
+    url = _redis_url()
+    if _sync_client is None or _sync_url != url:
+        _sync_client, _sync_url = _sync_client_for(url), url
     return _sync_client
+
+
+def _sync_client_for(url: str) -> redis.Redis | redis.cluster.RedisCluster:
+    if not resp.is_cluster_url(url):
+        return redis.Redis.from_url(url, decode_responses=True)
+    seeds = resp.parse_cluster_url(url)
+    return redis.cluster.RedisCluster(
+        startup_nodes=[redis.cluster.ClusterNode(seed.host, seed.port) for seed in seeds],
+        username=seeds[0].username or None,
+        password=seeds[0].password or None,
+        ssl=seeds[0].tls,
+        decode_responses=True,
+    )
 
 
 def encode(value: Any) -> str:
@@ -105,21 +129,42 @@ async def tail(key: str, start: int) -> list[str]:
 
 
 async def get_many(keys: list[str]) -> dict[str, Any]:
-    """The JSON values of ``keys`` that exist, in one round trip (``MGET``)."""
+    """The JSON values of ``keys`` that exist, in one round trip (``MGET``; one per slot,
+    concurrently, in a cluster)."""
     if not keys:
         return {}
-    (raws,) = await _aclient().execute(("MGET", *[_prefix() + key for key in keys]))
-    return {key: decode(raw) for key, raw in zip(keys, raws, strict=True) if raw is not None}
+    prefix = _prefix()
+    names = dict(zip([prefix + key for key in keys], keys, strict=True))
+    found: dict[str, Any] = {}
+    for group, (raws,) in await _per_slot("MGET", list(names)):
+        found.update(
+            (names[name], decode(raw))
+            for name, raw in zip(group, raws, strict=True)
+            if raw is not None
+        )
+    return found
 
 
 async def delete_many(keys: list[str]) -> None:
-    """Remove ``keys`` in one round trip."""
+    """Remove ``keys`` in one round trip (one per slot, concurrently, in a cluster)."""
     if keys:
-        await _aclient().execute(("DEL", *[_prefix() + key for key in keys]))
+        await _per_slot("DEL", [_prefix() + key for key in keys])
+
+
+async def _per_slot(command: str, names: list[str]) -> list[tuple[list[str], list[Any]]]:
+    """``command`` over ``names`` (full key names), one round trip per group the client can
+    carry in one (:meth:`infra.resp.Client.slot_groups`): each group with its replies."""
+    client = _aclient()
+    groups = client.slot_groups(names)
+    if len(groups) == 1:
+        return [(groups[0], await client.execute((command, *groups[0])))]
+    replies = await asyncio.gather(*(client.execute((command, *group)) for group in groups))
+    return list(zip(groups, replies, strict=True))
 
 
 async def incr_many(items: list[tuple[str, int]], ttl_s: float) -> list[int]:
-    """Add each amount to its counter (created with ``ttl_s`` on first use); one round trip."""
+    """Add each amount to its counter (created with ``ttl_s`` on first use); one round trip
+    (names of one slot in a cluster, as :func:`get_raw_and_incr_many`)."""
     return (await get_raw_and_incr_many(None, items, ttl_s))[1]
 
 
@@ -127,7 +172,8 @@ async def get_raw_and_incr_many(
     key: str | None, items: list[tuple[str, int]], ttl_s: float
 ) -> tuple[str | None, list[int]]:
     """:func:`get_raw` of ``key`` (None when ``key`` is None) and :func:`incr_many` of
-    ``items``, in one round trip."""
+    ``items``, in one round trip. In a cluster every name must share one hash slot (a common
+    ``{hash tag}``), else :class:`infra.resp.CrossSlot`."""
     ttl = max(int(ttl_s), 1)
     commands: list[resp.Command] = [] if key is None else [("GET", _prefix() + key)]
     for name, amount in items:
@@ -172,5 +218,5 @@ def clear_sync() -> None:
     global generation
     generation += 1
     client = _sclient()
-    for key in client.scan_iter(_prefix() + "*", count=1000):
+    for key in client.scan_iter(_prefix() + "*", count=1000):  # every master's, in a cluster
         client.delete(key)

@@ -48,6 +48,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # GET/HEAD of the dashboard and the management API read from the replica when one is
+    # configured (infra/db_router.py; not used at all without one).
+    "infra.db_router.ReplicaReadsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -124,6 +127,36 @@ if INFRAI_DB_POOLER not in ("", "transaction"):
     raise ImproperlyConfigured("INFRAI_DB_POOLER must be empty or 'transaction'")
 if INFRAI_DB_POOLER == "transaction":
     DATABASES["default"]["OPTIONS"]["prepare_threshold"] = None
+# Reads from a streaming replica (infra/db_router.py, docs/deploy.md "Reads from a replica"):
+# with DATABASE_REPLICA_URL set, GET/HEAD requests of the apps in INFRAI_REPLICA_READ_APPS (the
+# dashboard with its CSV exports, the management API) read from it; every write, /v1's money
+# path (asyncpg on DATABASE_URL), Celery, webhooks and the admin stay on the primary. It is not
+# used while it does not answer or is more than INFRAI_REPLICA_MAX_LAG_S behind, measured at
+# most every INFRAI_REPLICA_CHECK_S per process. A client that wrote reads the primary for
+# INFRAI_READ_YOUR_WRITES_S (keep it above the largest lag the replica is used at, plus one
+# check).
+DATABASE_REPLICA_URL = env("DATABASE_REPLICA_URL", default="")
+INFRAI_REPLICA_MAX_LAG_S = env.float("INFRAI_REPLICA_MAX_LAG_S", default=5.0)
+INFRAI_REPLICA_CHECK_S = env.float("INFRAI_REPLICA_CHECK_S", default=1.0)
+INFRAI_READ_YOUR_WRITES_S = env.float("INFRAI_READ_YOUR_WRITES_S", default=10.0)
+INFRAI_REPLICA_READ_APPS = ["dashboard", "management"]
+if DATABASE_REPLICA_URL:
+    _replica = env.db_url_config(DATABASE_REPLICA_URL)
+    if _replica["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured("DATABASE_REPLICA_URL must point at PostgreSQL (postgres://…)")
+    _replica.update(CONN_MAX_AGE=0, CONN_HEALTH_CHECKS=True)
+    # A replica that does not answer costs a read at most 2 s before the primary takes over.
+    _replica.setdefault("OPTIONS", {})["pool"] = {
+        **DATABASES["default"]["OPTIONS"]["pool"],
+        "timeout": 2,
+    }
+    _replica["OPTIONS"].update(
+        {k: v for k, v in DATABASES["default"]["OPTIONS"].items() if k == "prepare_threshold"}
+    )
+    # Under pytest-django the replica alias is the test database itself (no second copy).
+    _replica["TEST"] = {"MIRROR": "default"}
+    DATABASES["replica"] = _replica
+DATABASE_ROUTERS = ["infra.db_router.ReplicaRouter"]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
@@ -137,6 +170,13 @@ CACHES = {
         "KEY_PREFIX": INFRAI_CACHE_PREFIX,
     }
 }
+# The hot path's Redis (infra.fastcache: API-key cache, rate-limit counters, vendor health, the
+# catalog version, live-page watchers, stored Responses' events): REDIS_URL's server unless set.
+# A single server (redis://, rediss://, unix://) or a Redis Cluster named by its seed nodes:
+# redis+cluster://[user:password@]host:port,host:port (rediss+cluster:// for TLS). Django's
+# cache, the channel layer and Celery's broker stay on REDIS_URL, one server: they do not speak
+# Cluster (docs/deploy.md "Redis Cluster").
+INFRAI_HOT_REDIS_URL = env("INFRAI_HOT_REDIS_URL", default="") or REDIS_URL
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -228,6 +268,21 @@ INFRAI_MAX_STREAM_S = env.float("INFRAI_MAX_STREAM_S", default=1800.0)
 # previous_response_id, GET and input_items; a beat task deletes older ones. Organizations
 # that keep no prompts (log_prompts off) store none at all (zero retention).
 INFRAI_RESPONSES_RETENTION_DAYS = env.int("INFRAI_RESPONSES_RETENTION_DAYS", default=30)
+# The request log at scale (docs/deploy.md "The request log at scale"): it is partitioned by
+# month; beat (inference.partitions.maintain) keeps this many months of partitions ahead of the
+# current one and drops a month once it is past every organization's retention. An
+# organization's calls are kept INFRAI_REQUEST_LOG_RETENTION_DAYS (Organization
+# .request_log_retention_days overrides), their prompts (log_prompts) only
+# INFRAI_PROMPT_RETENTION_DAYS (Organization.prompt_retention_days); older rows of kept
+# partitions are deleted / cleared at most INFRAI_REQUEST_LOG_RETENTION_BATCH rows a statement,
+# INFRAI_REQUEST_LOG_RETENTION_BATCHES statements a run. Usage pages read the daily rollups
+# (inference_usage_daily) unless INFRAI_USAGE_FROM_ROLLUPS is False (then the log, as before).
+INFRAI_REQUEST_LOG_RETENTION_DAYS = env.int("INFRAI_REQUEST_LOG_RETENTION_DAYS", default=400)
+INFRAI_PROMPT_RETENTION_DAYS = env.int("INFRAI_PROMPT_RETENTION_DAYS", default=30)
+INFRAI_REQUEST_LOG_MONTHS_AHEAD = env.int("INFRAI_REQUEST_LOG_MONTHS_AHEAD", default=2)
+INFRAI_REQUEST_LOG_RETENTION_BATCH = env.int("INFRAI_REQUEST_LOG_RETENTION_BATCH", default=5000)
+INFRAI_REQUEST_LOG_RETENTION_BATCHES = env.int("INFRAI_REQUEST_LOG_RETENTION_BATCHES", default=20)
+INFRAI_USAGE_FROM_ROLLUPS = env.bool("INFRAI_USAGE_FROM_ROLLUPS", default=True)
 # On SIGTERM (python -m config.server): how long calls in flight may finish before they are
 # ended with an error event and billed for what they delivered.
 INFRAI_DRAIN_S = env.float("INFRAI_DRAIN_S", default=20.0)

@@ -4,8 +4,12 @@
 Usage and costs follow OpenAI's Usage API: a ``page`` of time ``bucket`` objects between
 ``start_time`` and ``end_time`` (unix seconds), ``bucket_width`` ``1d`` (at most 31 buckets a
 page, 7 by default) or ``1h`` (168, 24 by default), ``group_by`` any of ``project_id``,
-``api_key_id``, ``model``; ``next_page`` is the ``page`` value of the next page. Every figure
-comes from the request log (every call, failed ones included, is one request).
+``api_key_id``, ``model``; ``next_page`` is the ``page`` value of the next page. Every call,
+failed ones included, is one request; day buckets are read from the daily rollups, partial days
+and hour buckets from the request log (:func:`management.selectors.usage_groups`). Beside
+OpenAI's fields a usage result has ``input_cache_write_tokens`` and ``output_reasoning_tokens``
+(infrai's extensions: prompt-cache writes and hidden reasoning, parts of ``input_tokens`` and
+``output_tokens``).
 """
 
 from __future__ import annotations
@@ -76,7 +80,9 @@ def _usage_result(g: UsageGroup, group_by: list[str]) -> dict[str, Any]:
         "num_model_requests": g.requests,
         "input_tokens": g.input_tokens,
         "input_cached_tokens": g.cached_input_tokens,
+        "input_cache_write_tokens": g.cache_write_tokens,  # infrai's extension
         "output_tokens": g.output_tokens,
+        "output_reasoning_tokens": g.reasoning_tokens,  # infrai's extension
         "cost_usd": nanos_to_usd_str(g.cost_nanos),
         **_group_json(g.group, group_by),
     }

@@ -10,9 +10,9 @@ from accounts import keys
 from accounts.auth import authenticate
 from accounts.models import ApiKey
 from accounts.services import (
-    KEY_CACHE_PREFIX,
     api_key_create,
     api_key_revoke,
+    key_cache_key,
     organization_create,
     project_create,
 )
@@ -48,7 +48,7 @@ def test_valid_key_resolves_to_its_project_and_organization(key):
 def test_lookup_is_cached(key):
     _, raw = key
     auth(f"Bearer {raw}")
-    assert async_to_sync(fastcache.get)(KEY_CACHE_PREFIX + keys.hash_key(raw)) is not None
+    assert async_to_sync(fastcache.get)(key_cache_key(keys.hash_key(raw))) is not None
 
 
 @pytest.mark.django_db(transaction=True)

@@ -173,3 +173,26 @@ def test_the_beat_task_logs_each_finding_at_error(make_tenant, caplog):
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 2 and all(m.startswith("billing audit: ") for m in errors)
     assert tasks.BEAT_SCHEDULE["billing.audit"]["task"] == "billing.audit"
+
+
+def test_calls_past_their_retention_lose_their_log_without_a_finding(
+    make_tenant, settings, monkeypatch
+):
+    """Retention deletes request-log rows (``inference.partitions``) and never ledger entries:
+    an entry older than its organization's retention has no log by design; a younger one
+    without its log is still a finding."""
+    settings.INFRAI_REQUEST_LOG_RETENTION_DAYS = 400
+    t = make_tenant(balance_nanos=10 * USD)
+    t.org.request_log_retention_days = 10
+    t.org.save(update_fields=["request_log_retention_days"])
+    _call(t, "pruned", 300)
+    RequestLog.objects.filter(request_id="pruned").delete()
+    assert _checks(audit_findings()) == ["entry_without_log"]  # within its 10 days
+    later = timezone.now() + dt.timedelta(days=12)
+    monkeypatch.setattr("billing.audit.timezone.now", lambda: later)
+    assert audit_findings().findings == []  # past them: deleted by design
+    _call(t, "lost", 300)  # written "now", 12 days before the audit's clock: within 400 days
+    t.org.request_log_retention_days = None
+    t.org.save(update_fields=["request_log_retention_days"])
+    RequestLog.objects.filter(request_id="lost").delete()
+    assert _checks(audit_findings()) == ["entry_without_log", "entry_without_log"]

@@ -81,6 +81,36 @@ def test_usage_and_costs_buckets_equal_the_request_log(tenant, make_tenant):
     assert (missing.status_code, error_of(missing)["param"]) == (400, "start_time")
 
 
+def test_usage_carries_cache_reads_cache_writes_and_reasoning_tokens(tenant):
+    for n in range(3):
+        request_log_row(
+            organization_id=tenant.org.pk,
+            created_at=DAY1 + timedelta(hours=n),
+            input_tokens=100,
+            cached_input_tokens=40,
+            cache_write_tokens=10 + n,
+            output_tokens=60,
+            reasoning_tokens=20 + n,
+        )
+    start = int(DAY1.timestamp())
+    for params in (
+        {"start_time": start, "end_time": start + 86400},  # a whole day: the rollups
+        {"start_time": start, "end_time": start + 86400, "bucket_width": "1h"},  # the log
+        {"start_time": start + 1800, "end_time": start + 86400},  # a partial day: the log
+    ):
+        body = tenant.http.get("/usage/completions", params=params).json()
+        results = [r for b in body["data"] for r in b["results"]]
+        assert sum(r["num_model_requests"] for r in results) == 3 - (params["start_time"] > start)
+        n = 3 - (params["start_time"] > start)
+        assert sum(r["input_cached_tokens"] for r in results) == 40 * n
+        assert sum(r["input_cache_write_tokens"] for r in results) == sum(
+            10 + k for k in range(3 - n, 3)
+        )
+        assert sum(r["output_reasoning_tokens"] for r in results) == sum(
+            20 + k for k in range(3 - n, 3)
+        )
+
+
 def test_request_log_filters_and_cursor_pagination_over_several_pages(tenant):
     for n in range(25):
         request_log_row(
