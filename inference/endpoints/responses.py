@@ -388,9 +388,11 @@ async def delete(request: ApiRequest) -> Response:
 
 @_free("responses.input_items")
 async def list_input_items(request: ApiRequest) -> Response:
-    """``GET /v1/responses/{response_id}/input_items``: this response's input items, a list
-    object paged by ``order`` (``desc``, the default, or ``asc``), ``after`` (an item id) and
-    ``limit`` (1–100, default 20)."""
+    """``GET /v1/responses/{response_id}/input_items``: the items this response was generated
+    from — for a chained one (``previous_response_id``) the conversation it continued (earlier
+    inputs and outputs), then its own input, as OpenAI lists them — a list object paged by
+    ``order`` (``desc``, the default, or ``asc``), ``after`` (an item id) and ``limit``
+    (1–100, default 20)."""
     raw = _query(request, "limit")
     try:
         limit = 20 if raw is None else int(raw)
@@ -401,7 +403,8 @@ async def list_input_items(request: ApiRequest) -> Response:
     order = _query(request, "order") or "desc"
     if order not in ("asc", "desc"):
         raise InvalidRequest("'order' must be 'asc' or 'desc'.", param="order")
-    items = list((await _find(request)).input_items)
+    stored = await _find(request)
+    items = [*stored.context, *stored.input_items]
     if order == "desc":
         items.reverse()
     after = _query(request, "after")

@@ -75,9 +75,19 @@ def test_previous_response_id_works_on_the_very_next_call(keeping_key, client_fo
     texts = [m["content"] for m in fake_catalog["primary"].requests[-1]["messages"]]
     assert texts[1:4] == ["Echo: alpha beta", [{"type": "text", "text": "gamma"}], "Echo: gamma"]
     assert third.output_text == "Echo: delta"
-    # A chained response's input items are its own input, not the conversation it continues.
+    # A chained response's input items are the conversation it continued, then its own input
+    # (newest first by default), each with an id, as OpenAI lists them.
     items = client.responses.input_items.list(third.id).data
-    assert [[(c.type, c.text) for c in i.content] for i in items] == [[("input_text", "delta")]]
+    assert [(i.role, [c.text for c in i.content]) for i in items] == [
+        ("user", ["delta"]),
+        ("assistant", ["Echo: gamma"]),
+        ("user", ["gamma"]),
+        ("assistant", ["Echo: alpha beta"]),
+        ("user", ["alpha beta"]),
+    ]
+    assert len({i.id for i in items}) == 5
+    oldest = client.responses.input_items.list(third.id, order="asc", limit=2)
+    assert [i.id for i in oldest.data] == [i.id for i in items[::-1][:2]] and oldest.has_more
     assert_books_clean()
 
 
