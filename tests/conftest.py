@@ -5,16 +5,58 @@ from __future__ import annotations
 import io
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
 from django.core.cache import cache
 from django.core.management import call_command
+from django.db.backends.postgresql.operations import DatabaseOperations
 
 from accounts.auth import _touched_at
 from infra import background, fastcache
 from tests.gpu import backend_url  # noqa: F401  (one gpu-backend process per session, all folders)
 from tests.live import daphne_server, uvicorn_server
+
+
+def _delete_flush(
+    self: DatabaseOperations,
+    style: Any,
+    tables: Sequence[str],
+    *,
+    reset_sequences: bool = False,
+    allow_cascade: bool = False,
+) -> list[str]:
+    """The test database's flush after each ``transactional_db`` test as ``DELETE``s with
+    triggers and foreign-key checks off for the transaction (``session_replication_role =
+    replica``; the ledger's append-only trigger allows only its owner's ``TRUNCATE``), in place
+    of Django's one ``TRUNCATE`` of every table. Same rows left (none), same sequences (not
+    reset either way), far less work for a handful of rows: measured on this machine's
+    PostgreSQL 15 (fsync on) over the 49 tables, ``TRUNCATE`` 2.0–2.8 s per flush against
+    3–26 ms for the ``DELETE``s — with hundreds of such tests, most of the suite's time. And
+    ``DELETE`` takes no ACCESS EXCLUSIVE lock, so a server's after-answer write still running
+    waits for the flush instead of deadlocking with it. A flush that resets sequences, or a
+    role that may not set the replication role, gets Django's own."""
+    if reset_sequences or not tables or not _may_replicate(self.connection):
+        return _TRUNCATE_FLUSH(
+            self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+        )
+    return [
+        "SET LOCAL session_replication_role = replica",
+        *(f"DELETE FROM {self.quote_name(table)}" for table in tables),
+    ]
+
+
+def _may_replicate(connection: Any) -> bool:
+    """Whether the connection's role may set ``session_replication_role`` (a superuser)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        row = cur.fetchone()
+    return bool(row and row[0])
+
+
+_TRUNCATE_FLUSH = DatabaseOperations.sql_flush
+DatabaseOperations.sql_flush = _delete_flush  # type: ignore[method-assign]
 
 
 @pytest.fixture(autouse=True)
