@@ -14,15 +14,21 @@ replica"):
   else ever is: ``/v1`` (its own ASGI app, money on asyncpg, :mod:`infra.adb`), Celery tasks,
   the Stripe webhooks, the admin and every POST read the primary.
 - **Even inside a route** a read goes to the primary when it runs inside a transaction on the
-  primary (a service's ``atomic`` block reads what it is about to write), or reads the session,
-  the user or the second factor (:data:`PRIMARY_ONLY_APPS`: a login's writes must be seen by
-  the very next request, whose session key has changed).
+  primary (a service's ``atomic`` block reads what it is about to write), or reads who the
+  caller is and what they may do (:func:`primary_only`): the session, the user, the second
+  factor — a login's writes must be seen by the very next request, whose session key has
+  changed — and the memberships and admin keys every page and management call is authorized
+  by, so that a removed member, a lowered role or a revoked admin key is refused on the very
+  next request, not once the replica has replayed it.
 - **Read your writes**: a request that wrote (any POST/PUT/PATCH/DELETE, or a GET that wrote
   through the ORM) stamps its client — the ``Authorization`` header of an API client, else the
   session cookie — in Redis for ``INFRAI_READ_YOUR_WRITES_S``; that client's reads go to the
   primary until the stamp expires, so the page after a top-up or a new key shows it at once.
+  A GET whose only writes are to :func:`primary_only` models (an admin key's ``last_used_at``,
+  a session) stamps nothing: those rows are read from the primary anyway.
 - **Health**: :func:`replica_state` measures the replica's lag (one query on each server) at
-  most every ``INFRAI_REPLICA_CHECK_S`` per process. A replica that does not answer, is not a
+  most every ``INFRAI_REPLICA_CHECK_S`` per process, in a thread of its own (no request waits
+  for it but the first one of a process). A replica that does not answer, is not a
   standby, or is more than ``INFRAI_REPLICA_MAX_LAG_S`` behind is not used: reads go to the
   primary until a later check finds it well. A GET that failed (5xx) while reading from the
   replica makes the middleware check at once and, if the replica is down, answer the GET again
@@ -40,7 +46,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
@@ -59,6 +65,9 @@ REPLICA = "replica"
 PRIMARY_ONLY_APPS = frozenset(
     {"sessions", "auth", "contenttypes", "admin", "axes", "otp_totp", "otp_static", "django_otp"}
 )
+# What every dashboard page and management call is authorized by (besides the user model):
+# a revocation or a role change holds on the very next request.
+PRIMARY_ONLY_MODELS = frozenset({"accounts.Membership", "management.AdminKey"})
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 _STAMP_PREFIX = "replica:wrote:"
 
@@ -103,6 +112,30 @@ def reads_from_replica() -> Iterator[ReadRoute]:
         yield route
 
 
+def primary_only(model: type[Model]) -> bool:
+    """Whether ``model`` is read from the primary even inside a replica route: who the caller
+    is and what they may do (:data:`PRIMARY_ONLY_APPS`, :data:`PRIMARY_ONLY_MODELS`, the user
+    model)."""
+    meta = model._meta
+    return (
+        meta.app_label in PRIMARY_ONLY_APPS
+        or meta.label in PRIMARY_ONLY_MODELS
+        or meta.label == settings.AUTH_USER_MODEL
+    )
+
+
+V = TypeVar("V", bound=Callable[..., Any])
+
+
+def primary_reads(view: V) -> V:
+    """Mark a GET view of a replica app that writes from what it reads (following an e-mail
+    link that verifies an address and grants starter credit): its reads go to the primary, as
+    a POST's do. Apply it outermost or inside decorators that copy the view's attributes
+    (``functools.wraps`` does)."""
+    view.infrai_primary_reads = True  # type: ignore[attr-defined]
+    return view
+
+
 class ReplicaRouter:
     """Django's database router (``DATABASE_ROUTERS``): see the module docstring."""
 
@@ -111,8 +144,8 @@ class ReplicaRouter:
         if (
             route is None
             or not route.replica
-            or model._meta.app_label in PRIMARY_ONLY_APPS
-            or model._meta.label == settings.AUTH_USER_MODEL
+            or route.wrote  # what this request wrote, it reads back
+            or primary_only(model)
             or connections[PRIMARY].in_atomic_block
         ):
             return PRIMARY
@@ -120,7 +153,7 @@ class ReplicaRouter:
 
     def db_for_write(self, model: type[Model], **hints: Any) -> str:
         route = _route.get()
-        if route is not None and model._meta.app_label not in PRIMARY_ONLY_APPS:
+        if route is not None and not primary_only(model):
             route.wrote = True
         return PRIMARY
 
@@ -140,7 +173,8 @@ class ReplicaRouter:
 class ReplicaState:
     """The replica as last measured.
 
-    ``lag_bytes``: WAL the primary had written that the replica had not replayed;
+    ``lag_bytes``: WAL the primary had flushed (what it sends) that the replica had not
+    replayed;
     ``lag_s``: 0 when caught up, else the age of the last transaction it replayed (an upper
     bound: after an idle spell the first write reads as old as the spell until replayed);
     ``None`` when unknown. ``error``: why it is not used ("" when it answered as a standby).
@@ -182,7 +216,8 @@ def measure() -> ReplicaState:
     replayed (two round trips, on this thread's connections of each alias)."""
     try:
         with connections[PRIMARY].cursor() as cur:
-            cur.execute("SELECT pg_current_wal_lsn()::text")
+            # Flushed: a standby is sent no more (and every commit is flushed).
+            cur.execute("SELECT pg_current_wal_flush_lsn()::text")
             (primary_lsn,) = cur.fetchone()
         with connections[REPLICA].cursor() as cur:
             cur.execute(_LAG_SQL, [primary_lsn])
@@ -201,30 +236,63 @@ def measure() -> ReplicaState:
 
 
 class _Memo:
-    lock = threading.Lock()
+    lock = threading.Lock()  # held while measuring
     state: ReplicaState | None = None
-    at = 0.0
+    at = 0.0  # when the measurement of ``state`` began (monotonic)
 
 
 def replica_state(*, max_age_s: float | None = None) -> ReplicaState | None:
-    """The replica's state, measured again when the last measurement of this process is older
-    than ``max_age_s`` (default ``INFRAI_REPLICA_CHECK_S``; 0: now). While another thread
-    measures, the last state is returned rather than waited for. ``None``: no replica
-    configured."""
+    """The replica's state as this process last measured it, measured again once that is older
+    than ``max_age_s`` (default ``INFRAI_REPLICA_CHECK_S``). ``None``: no replica configured.
+
+    Who measures: the caller when there is no measurement yet, or when it asks for one begun
+    now (``max_age_s=0``: the probes, the fallback of a failed read; it waits for one under
+    way, then measures again unless that one began after it asked); otherwise a thread of its
+    own while the caller goes on with the last state, so that no request waits on a replica
+    that does not answer (up to its pool's timeout, 2 s) once per check while it is away.
+    """
     if not configured():
         return None
+    asked = time.monotonic()
     max_age = settings.INFRAI_REPLICA_CHECK_S if max_age_s is None else max_age_s
     state = _Memo.state
-    if state is not None and time.monotonic() - _Memo.at < max_age:
+    if state is not None and asked - _Memo.at < max_age:
         return state
-    if not _Memo.lock.acquire(blocking=state is None):
+    if state is not None and max_age > 0:
+        _measure_in_background()
         return state
+    with _Memo.lock:
+        latest = _Memo.state
+        if latest is not None and (state is None or _Memo.at >= asked):
+            return latest  # measured while this caller waited
+        return _measured()
+
+
+def _measured() -> ReplicaState:
+    """Measure now and remember it (the caller holds :attr:`_Memo.lock`)."""
+    began = time.monotonic()
+    fresh = measure()
+    _Memo.state, _Memo.at = fresh, began
+    return fresh
+
+
+def _measure_in_background() -> None:
+    """Measure in a thread of its own, unless a measurement is under way."""
+    if not _Memo.lock.acquire(blocking=False):
+        return
+
+    def run() -> None:
+        try:
+            _measured()
+        finally:
+            connections.close_all()  # this thread's, back to their pools
+            _Memo.lock.release()
+
     try:
-        fresh = measure()
-        _Memo.state, _Memo.at = fresh, time.monotonic()
-        return fresh
-    finally:
+        threading.Thread(target=run, name="infrai-replica-check", daemon=True).start()
+    except BaseException:
         _Memo.lock.release()
+        raise
 
 
 def replica_usable(*, max_age_s: float | None = None) -> bool:
@@ -338,7 +406,9 @@ class ReplicaReadsMiddleware:
         if route is None or request.method not in SAFE_METHODS:
             return
         app = getattr(view, "__module__", "").partition(".")[0]
-        if app not in settings.INFRAI_REPLICA_READ_APPS:
+        if app not in settings.INFRAI_REPLICA_READ_APPS or getattr(
+            view, "infrai_primary_reads", False
+        ):
             return
         route.replica = not wrote_recently(request) and replica_usable()
 

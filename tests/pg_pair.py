@@ -14,7 +14,10 @@ wheel (PostgreSQL 16, the same ones ``config.services`` runs), under ``root``:
 - the replica made by ``pg_basebackup -R`` (a standby streaming from the primary), on its own
   port on the same address, as a hot standby.
 
-Each server takes ~1 s to start here; the base backup of the migrated database ~1 s.
+Each server takes ~1 s to start here; the base backup of the migrated database ~1 s. Run as
+root, the servers run as ``config.services``' unprivileged PostgreSQL user, and every start and
+stop makes ``root``'s parents traversable for it again (a pytest session starting beside this
+one takes ``/tmp/pytest-of-root`` back to mode 0700).
 """
 
 from __future__ import annotations
@@ -226,8 +229,8 @@ def _replica(root: Path, primary: PgServer) -> PgServer:
 @contextlib.contextmanager
 def pg_pair(root: Path, *, host: str = "127.0.0.1", redis_url: str) -> Iterator[PgPair]:
     """A migrated primary and its streaming replica under ``root``, listening on ``host``,
-    stopped and deleted when the block ends. ``redis_url``: any Redis the settings accept
-    while migrating (nothing is written there)."""
+    stopped and deleted when the block ends. ``redis_url``: a Redis for the settings while
+    migrating (the migration sets the catalog version there, under the default key prefix)."""
     root.mkdir(parents=True, exist_ok=True)
     if services.os.geteuid() == 0:
         root.chmod(0o755)

@@ -130,11 +130,12 @@ if INFRAI_DB_POOLER == "transaction":
 # Reads from a streaming replica (infra/db_router.py, docs/deploy.md "Reads from a replica"):
 # with DATABASE_REPLICA_URL set, GET/HEAD requests of the apps in INFRAI_REPLICA_READ_APPS (the
 # dashboard with its CSV exports, the management API) read from it; every write, /v1's money
-# path (asyncpg on DATABASE_URL), Celery, webhooks and the admin stay on the primary. It is not
-# used while it does not answer or is more than INFRAI_REPLICA_MAX_LAG_S behind, measured at
-# most every INFRAI_REPLICA_CHECK_S per process. A client that wrote reads the primary for
-# INFRAI_READ_YOUR_WRITES_S (keep it above the largest lag the replica is used at, plus one
-# check).
+# path (asyncpg on DATABASE_URL), Celery, webhooks and the admin stay on the primary, and so do
+# the reads that say who the caller is and what they may do (sessions, users, memberships,
+# admin keys). It is not used while it does not answer or is more than INFRAI_REPLICA_MAX_LAG_S
+# behind, measured at most every INFRAI_REPLICA_CHECK_S per process. A client that wrote reads
+# the primary for INFRAI_READ_YOUR_WRITES_S (keep it above INFRAI_REPLICA_MAX_LAG_S plus
+# INFRAI_REPLICA_CHECK_S).
 DATABASE_REPLICA_URL = env("DATABASE_REPLICA_URL", default="")
 INFRAI_REPLICA_MAX_LAG_S = env.float("INFRAI_REPLICA_MAX_LAG_S", default=5.0)
 INFRAI_REPLICA_CHECK_S = env.float("INFRAI_REPLICA_CHECK_S", default=1.0)
@@ -145,7 +146,8 @@ if DATABASE_REPLICA_URL:
     if _replica["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured("DATABASE_REPLICA_URL must point at PostgreSQL (postgres://…)")
     _replica.update(CONN_MAX_AGE=0, CONN_HEALTH_CHECKS=True)
-    # A replica that does not answer costs a read at most 2 s before the primary takes over.
+    # A replica that stops answering costs the read that finds it 2 s at most (then that GET is
+    # answered from the primary, and so are the next ones until it answers again).
     _replica.setdefault("OPTIONS", {})["pool"] = {
         **DATABASES["default"]["OPTIONS"]["pool"],
         "timeout": 2,

@@ -19,6 +19,7 @@ from accounts.services import invitation_token_hash, user_mark_email_verified
 from dashboard import services
 from dashboard.forms import SignupForm
 from dashboard.templatetags.dashboard import usd
+from infra.db_router import primary_reads
 
 
 def _send_verification(request: HttpRequest, user: User) -> None:
@@ -105,6 +106,7 @@ def verify_resend(request: HttpRequest) -> HttpResponse:
     return redirect("dashboard:verify_pending")
 
 
+@primary_reads  # it grants starter credit from what it reads
 def verify_email(request: HttpRequest, token: str) -> HttpResponse:
     """Open the link from the e-mail: mark the address verified if the token still matches."""
     found = services.verification_token_read(token=token)
