@@ -9,7 +9,8 @@ give every web process its own rate limits and key cache, an in-memory channel l
 reach only the process's own dashboards, eager Celery on an in-memory broker would run the
 sweepers nowhere); a real API-key pepper and Stripe webhook secret; explicit allowed hosts;
 an e-mail backend that delivers (the console backend prints password-reset links to stdout);
-a secret key that is not the repository's development constant.
+a secret key that is not the repository's development constant; with a read replica, a
+read-your-writes window longer than the lag the replica may be used at plus one check.
 """
 
 from __future__ import annotations
@@ -77,6 +78,19 @@ def deployment_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
                 "and invitations would be lost or printed); use SMTP or another real backend.",
             )
         )
+    if values.get("DATABASE_REPLICA_URL") and float(
+        values.get("INFRAI_READ_YOUR_WRITES_S") or 0
+    ) < float(values.get("INFRAI_REPLICA_MAX_LAG_S") or 0) + float(
+        values.get("INFRAI_REPLICA_CHECK_S") or 0
+    ):
+        problems.append(
+            (
+                "infrai.E007",
+                "INFRAI_READ_YOUR_WRITES_S must be at least INFRAI_REPLICA_MAX_LAG_S plus "
+                "INFRAI_REPLICA_CHECK_S: a client that wrote would otherwise read the replica "
+                "again before it can have replayed the write.",
+            )
+        )
     if values.get("SECRET_KEY") in ("", None, DEVELOPMENT_SECRET_KEY):
         problems.append(
             (
@@ -104,6 +118,10 @@ _NAMES = (
     "ALLOWED_HOSTS",
     "EMAIL_BACKEND",
     "SECRET_KEY",
+    "DATABASE_REPLICA_URL",
+    "INFRAI_READ_YOUR_WRITES_S",
+    "INFRAI_REPLICA_MAX_LAG_S",
+    "INFRAI_REPLICA_CHECK_S",
 )
 
 

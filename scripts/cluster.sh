@@ -16,10 +16,31 @@
 # CLUSTER_MIGRATE (1: migrate first), CLUSTER_COLLECTSTATIC (1), NO_GPU (1: no GPU backend).
 # It prints "cluster ready: http://127.0.0.1:PORT" once every web process is ready (/readyz)
 # behind nginx, and writes each process's pid to $CLUSTER_DIR/pids/NAME.pid.
+#
+# Several hosts (docs/deploy.md "Two hosts under test"): CLUSTER_ROLE picks a part of the
+# topology (default "all", the above):
+#   host   one host of several: the web processes on BIND_ADDRESS:BASE_PORT+1 ..., the Celery
+#          worker (named worker@CLUSTER_HOSTNAME) and beat unless CLUSTER_BEAT=0 (exactly one
+#          host of a deployment runs it); no nginx, no GPU backend, no migration (unless
+#          CLUSTER_MIGRATE=1) nor collectstatic. Prints "cluster ready: URL URL ..." (its web
+#          processes) once each answers /readyz.
+#   nginx  nginx alone on 127.0.0.1:BASE_PORT in front of UPSTREAMS ("ADDR:PORT ADDR:PORT ...",
+#          the hosts' web processes); STATIC_ROOT may be given (else read from the settings).
+# BIND_ADDRESS (127.0.0.1): the address the web processes listen on; CLUSTER_HOSTNAME (the
+# machine's hostname): the %H of the units.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
-: "${DATABASE_URL:?DATABASE_URL must point at PostgreSQL}" "${REDIS_URL:?REDIS_URL must point at Redis}"
+ROLE="${CLUSTER_ROLE:-all}"
+case "$ROLE" in
+  all | host) ;;
+  nginx) : "${UPSTREAMS:?UPSTREAMS must list the web processes (ADDR:PORT ...)}" ;;
+  *) echo "cluster: CLUSTER_ROLE must be all, host or nginx" >&2 && exit 2 ;;
+esac
+if [ "$ROLE" != nginx ] || [ -z "${STATIC_ROOT:-}" ]; then
+  : "${DATABASE_URL:?DATABASE_URL must point at PostgreSQL}" "${REDIS_URL:?REDIS_URL must point at Redis}"
+fi
+BIND="${BIND_ADDRESS:-127.0.0.1}"
 BASE_PORT="${BASE_PORT:-8100}"
 WEB_PROCESSES="${WEB_PROCESSES:-2}"
 DIR="$(mkdir -p "${CLUSTER_DIR:-var/cluster}" && cd "${CLUSTER_DIR:-var/cluster}" && pwd)"
@@ -55,7 +76,8 @@ trap stop_all EXIT INT TERM
 exec_start() {  # unit instance
   sed -n 's/^ExecStart=//p' "deploy/systemd/$1" | sed \
     -e "s#/opt/infrai/#$ROOT/#g" -e "s#/var/lib/infrai#$DIR/state#g" -e "s#/run/infrai#$DIR/run#g" \
-    -e "s#%i#${2:-}#g" -e "s#%H#$(hostname)#g" -e "s#--host 0.0.0.0#--host 127.0.0.1#" \
+    -e "s#%i#${2:-}#g" -e "s#%H#${CLUSTER_HOSTNAME:-$(hostname)}#g" \
+    -e "s#--host 127.0.0.1#--host $BIND#" -e "s#--host 0.0.0.0#--host 127.0.0.1#" \
     -e "s#--models all#--models ${GPU_MODELS:-all}#"
 }
 
@@ -76,25 +98,41 @@ wait_url() {  # url seconds [header]
   return 1
 }
 
-if [ "${NO_GPU:-0}" != 1 ]; then
+if [ "$ROLE" = all ] && [ "${NO_GPU:-0}" != 1 ]; then
   start gpu "infrai-gpu@.service" "$GPU_PORT"   # first: its model loads overlap the rest
 fi
-if [ "${CLUSTER_MIGRATE:-1}" = 1 ]; then
+# Migrations run once per deployment: by default only where the whole topology starts.
+MIGRATE="${CLUSTER_MIGRATE:-1}"
+[ "$ROLE" = all ] || MIGRATE="${CLUSTER_MIGRATE:-0}"
+if [ "$MIGRATE" = 1 ]; then
   "$PY" manage.py migrate --noinput -v 0
+fi
+
+SERVERS="" WEB_URLS=""
+if [ "$ROLE" != nginx ]; then
+  for i in $(seq "$WEB_PROCESSES"); do
+    port=$((BASE_PORT + i))
+    start "web$i" "infrai-web@.service" "$port"
+    SERVERS+="server ${BIND}:${port};"$'\n    '
+    WEB_URLS+=" http://${BIND}:${port}"
+  done
+  start worker infrai-worker.service
+  if [ "${CLUSTER_BEAT:-1}" = 1 ]; then start beat infrai-beat.service; fi
+fi
+if [ "$ROLE" = host ]; then
+  for url in $WEB_URLS; do wait_url "$url/readyz" 120; done
+  echo "cluster ready:$WEB_URLS"
+  wait
+  exit
+fi
+
+if [ "$ROLE" = nginx ]; then
+  for upstream in $UPSTREAMS; do SERVERS+="server ${upstream};"$'\n    '; done
 fi
 if [ "${CLUSTER_COLLECTSTATIC:-1}" = 1 ]; then
   "$PY" manage.py collectstatic --noinput -v 0
 fi
-STATIC_ROOT="$("$PY" -c 'import django; django.setup(); from django.conf import settings; print(settings.STATIC_ROOT)')"
-
-SERVERS=""
-for i in $(seq "$WEB_PROCESSES"); do
-  port=$((BASE_PORT + i))
-  start "web$i" "infrai-web@.service" "$port"
-  SERVERS+="server 127.0.0.1:${port};"$'\n    '
-done
-start worker infrai-worker.service
-start beat infrai-beat.service
+STATIC_ROOT="${STATIC_ROOT:-$("$PY" -c 'import django; django.setup(); from django.conf import settings; print(settings.STATIC_ROOT)')}"
 
 sed -e "s#@WEB_SERVERS@#${SERVERS//$'\n'/\\n}#" -e "s#@LISTEN@#127.0.0.1:${BASE_PORT}#" \
   -e "s#@STATIC_ROOT@#${STATIC_ROOT%/}#" deploy/nginx/infrai.conf >"$DIR/nginx/infrai.conf"
@@ -104,9 +142,9 @@ nginx -c "$DIR/nginx/nginx.conf" -p "$DIR/nginx" -g 'daemon off;' >>"$DIR/logs/n
 echo $! >"$DIR/pids/nginx.pid"
 PIDS+=("$!")
 
-for i in $(seq "$WEB_PROCESSES"); do wait_url "http://127.0.0.1:$((BASE_PORT + i))/readyz" 120; done
+for url in $WEB_URLS; do wait_url "$url/readyz" 120; done
 wait_url "http://127.0.0.1:${BASE_PORT}/readyz" 30
-if [ "${NO_GPU:-0}" != 1 ]; then wait_url "http://127.0.0.1:${GPU_PORT}/health" 120; fi
+if [ "$ROLE" = all ] && [ "${NO_GPU:-0}" != 1 ]; then wait_url "http://127.0.0.1:${GPU_PORT}/health" 120; fi
 echo "cluster ready: http://127.0.0.1:${BASE_PORT}"
 
 # Until told to stop. A process that dies stays dead (on a host, systemd's Restart=always brings

@@ -1,4 +1,5 @@
-"""A real Redis Cluster on 127.0.0.1 for tests: three masters, optionally a replica each.
+"""A real Redis Cluster for tests: three masters, optionally a replica each, on 127.0.0.1 or on
+another address of this machine (one that other network namespaces reach: ``tests.hosts``).
 
 :func:`redis_cluster` starts ``redis-server --cluster-enabled yes`` on free ports in a
 temporary directory, joins them with ``redis-cli --cluster create … --cluster-yes`` (with
@@ -33,16 +34,17 @@ class Cluster:
     ports: list[int]
     folder: Path
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        """``redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`` (every node a seed)."""
-        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        """``redis+cluster://HOST:P1,HOST:P2,…`` (every node a seed)."""
+        return "redis+cluster://" + ",".join(f"{self.host}:{p}" for p in self.ports)
 
     def cli(self, port: int, *args: str) -> str:
-        """``redis-cli -p port args…``'s output (raises when it fails)."""
+        """``redis-cli -h host -p port args…``'s output (raises when it fails)."""
         return subprocess.run(
-            ["redis-cli", "-p", str(port), *args],
+            ["redis-cli", "-h", self.host, "-p", str(port), *args],
             check=True,
             capture_output=True,
             text=True,
@@ -101,21 +103,27 @@ class Cluster:
         return counts
 
 
-def _start_node(folder: Path, port: int) -> subprocess.Popen[bytes]:
+def _start_node(folder: Path, host: str, port: int) -> subprocess.Popen[bytes]:
     node = folder / str(port)
     node.mkdir()
-    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(node)]
+    argv = ["redis-server", "--port", str(port), "--bind", host, "--dir", str(node)]
     argv += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
     argv += ["--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--save", "", "--appendonly", "no"]
     argv += ["--enable-debug-command", "yes", "--logfile", str(node / "redis.log")]
+    # Off a loopback address Redis answers only "DENIED" without a password: a test's private
+    # nodes, reached only from this machine's own namespaces.
+    argv += ["--protected-mode", "no"]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _wait_ping(port: int, seconds: float = 10.0) -> None:
+def _wait_ping(host: str, port: int, seconds: float = 10.0) -> None:
     deadline = time.monotonic() + seconds
     while True:
         done = subprocess.run(
-            ["redis-cli", "-p", str(port), "PING"], capture_output=True, text=True, timeout=5
+            ["redis-cli", "-h", host, "-p", str(port), "PING"],
+            capture_output=True,
+            text=True,
+            timeout=5,
         )
         if done.stdout.strip() == "PONG":
             return
@@ -125,9 +133,9 @@ def _wait_ping(port: int, seconds: float = 10.0) -> None:
 
 
 @contextmanager
-def redis_cluster(*, replicas: bool = False) -> Iterator[Cluster]:
-    """A fresh three-master cluster (with one replica per master when ``replicas``), torn
-    down on exit. Needs ``redis-server`` and ``redis-cli`` on the PATH."""
+def redis_cluster(*, replicas: bool = False, host: str = "127.0.0.1") -> Iterator[Cluster]:
+    """A fresh three-master cluster (with one replica per master when ``replicas``) listening
+    on ``host``, torn down on exit. Needs ``redis-server`` and ``redis-cli`` on the PATH."""
     if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
         raise RuntimeError("redis-server / redis-cli missing: run scripts/install_test_tools.sh")
     folder = Path(tempfile.mkdtemp(prefix="infrai-redis-cluster-"))
@@ -136,13 +144,13 @@ def redis_cluster(*, replicas: bool = False) -> Iterator[Cluster]:
         port = free_port()
         if port not in ports and port + 10000 < 65536:  # the cluster bus is port + 10000
             ports.append(port)
-    cluster = Cluster(ports=ports, folder=folder)
+    cluster = Cluster(ports=ports, folder=folder, host=host)
     try:
         for port in ports:
-            cluster.processes[port] = _start_node(folder, port)
+            cluster.processes[port] = _start_node(folder, host, port)
         for port in ports:
-            _wait_ping(port)
-        create = ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports]]
+            _wait_ping(host, port)
+        create = ["redis-cli", "--cluster", "create", *[f"{host}:{p}" for p in ports]]
         create += ["--cluster-replicas", "1" if replicas else "0", "--cluster-yes"]
         subprocess.run(create, check=True, capture_output=True, timeout=60)
         cluster.wait_ok()

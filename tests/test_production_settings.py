@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -119,6 +120,15 @@ def test_deployment_rules():
     ids = [check_id for check_id, _ in deployment_problems({**good, **broken})]
     assert ids == ["infrai.E001", "infrai.E002", "infrai.E004", "infrai.E005", "infrai.E006"]
     assert [i for i, _ in deployment_problems({**good, "ALLOWED_HOSTS": []})] == ["infrai.E004"]
+    replica = {
+        "DATABASE_REPLICA_URL": "postgres://u@replica:5432/infrai",
+        "INFRAI_REPLICA_MAX_LAG_S": 5.0,
+        "INFRAI_REPLICA_CHECK_S": 1.0,
+    }
+    assert deployment_problems({**good, **replica, "INFRAI_READ_YOUR_WRITES_S": 6.0}) == []
+    short = deployment_problems({**good, **replica, "INFRAI_READ_YOUR_WRITES_S": 5.5})
+    assert [i for i, _ in short] == ["infrai.E007"]
+    assert deployment_problems({**good, "INFRAI_READ_YOUR_WRITES_S": 0.0}) == []  # no replica
 
 
 def _local_secret_key(data_dir: Path) -> str:
@@ -139,3 +149,23 @@ def test_a_local_instance_generates_its_secret_key_once(tmp_path):
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     assert _local_secret_key(tmp_path) == first  # kept across restarts
     assert _local_secret_key(tmp_path / "other") != first  # each instance its own
+
+
+def test_production_keeps_the_replica_and_the_poolers_options():
+    """Production replaces only the primary's entry of base.py's databases: a configured read
+    replica and INFRAI_DB_POOLER=transaction's unprepared statements stay in force."""
+    env = _production_env(
+        DATABASE_REPLICA_URL="postgres://u@replica.internal:5432/infrai",
+        INFRAI_DB_POOLER="transaction",
+    )
+    show = (
+        "import json; from django.conf import settings; d = settings.DATABASES;"
+        " print(json.dumps({a: [d[a]['HOST'], d[a]['OPTIONS']] for a in d}))"
+    )
+    result = _python(env, "-c", show)
+    assert result.returncode == 0, result.stderr
+    databases = json.loads(result.stdout)
+    assert databases["replica"][0] == "replica.internal"
+    for alias in ("default", "replica"):
+        assert databases[alias][1]["prepare_threshold"] is None
+    assert databases["default"][1]["pool"]["max_size"] == 32

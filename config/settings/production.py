@@ -9,15 +9,20 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config.checks import deployment_problems
 from config.settings.base import *  # noqa: F403
-from config.settings.base import env
+from config.settings.base import DATABASES, env
 
 DEBUG = False
 SECRET_KEY = env("DJANGO_SECRET_KEY")
 INFRAI_KEY_PEPPER = env("INFRAI_KEY_PEPPER")
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS")
-DATABASES = {"default": env.db("DATABASE_URL")}  # from the environment, never a data directory's
+# The primary from the environment, never a data directory's. Only its entry is replaced: base.py's
+# "replica" alias (DATABASE_REPLICA_URL) stays, and so do the options it set other than the pool
+# (prepare_threshold under INFRAI_DB_POOLER=transaction).
+_options = {k: v for k, v in DATABASES["default"]["OPTIONS"].items() if k != "pool"}
+DATABASES["default"] = env.db("DATABASE_URL")
 DATABASES["default"]["OPTIONS"] = {
-    "pool": {"min_size": 2, "max_size": 32, "timeout": 10, "reconnect_timeout": 2}  # see base.py
+    **_options,
+    "pool": {"min_size": 2, "max_size": 32, "timeout": 10, "reconnect_timeout": 2},  # see base.py
 }
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # see base.py
 STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY")

@@ -1,4 +1,5 @@
-"""The lifecycle the fake servers share: an aiohttp app on 127.0.0.1, in its own thread and loop.
+"""The lifecycle the fake servers share: an aiohttp app on 127.0.0.1 (or another address of this
+machine), in its own thread and loop.
 
 A subclass calls :meth:`ThreadedServer.serve_on_free_port` from its ``__post_init__`` and lists
 its routes in :meth:`ThreadedServer.routes`; :meth:`start` returns once the port accepts
@@ -19,13 +20,16 @@ from tests.live import free_port
 class ThreadedServer:
     """An aiohttp application served from a daemon thread; ``url`` is its ``/v1`` base."""
 
+    host: str
     port: int
     url: str
 
-    def serve_on_free_port(self, thread_name: str) -> None:
-        """Pick a free port and prepare (not start) the thread that will serve on it."""
+    def serve_on_free_port(self, thread_name: str, host: str = "127.0.0.1") -> None:
+        """Pick a free port and prepare (not start) the thread that will serve on it, on
+        ``host`` (an address other network namespaces reach, for ``tests.hosts``)."""
+        self.host = host
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.url = f"http://{host}:{self.port}/v1"
         self._loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
@@ -60,6 +64,6 @@ class ThreadedServer:
         self.routes(app.router)
         runner = self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         self._loop.run_until_complete(runner.setup())
-        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        self._loop.run_until_complete(web.TCPSite(runner, self.host, self.port).start())
         self._started.set()
         self._loop.run_forever()

@@ -107,6 +107,8 @@ class FakeVendor(ThreadedServer):
     """One fake vendor server (OpenAI-compatible and Anthropic routes on the same port)."""
 
     models: list[str] = field(default_factory=lambda: ["fake-model"])
+    # The address it listens on: 127.0.0.1, or one that other network namespaces reach.
+    host: str = "127.0.0.1"
     fail_statuses: list[int] = field(default_factory=list)
     stall_s: float = 0.0
     cut_after: int | None = None
@@ -130,7 +132,7 @@ class FakeVendor(ThreadedServer):
     chunks_sent: int = 0
 
     def __post_init__(self) -> None:
-        self.serve_on_free_port("fake-vendor")
+        self.serve_on_free_port("fake-vendor", self.host)
 
     # --- lifecycle ------------------------------------------------------------------------
     def reset(self) -> None:

@@ -45,7 +45,16 @@ def fakes(_fake_servers: dict[str, FakeVendor]) -> dict[str, FakeVendor]:
 def fake_catalog(
     fakes: dict[str, FakeVendor], transactional_db: None, monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, FakeVendor]:
-    """The catalog pointed at the fakes (verified without a probe).
+    """The catalog pointed at the fakes (verified without a probe): :func:`fake_catalog_load`."""
+    monkeypatch.setenv("FAKE_ANTHROPIC_KEY", "sk-ant-test-secret")
+    fake_catalog_load(fakes)
+    return fakes
+
+
+def fake_catalog_load(fakes: dict[str, FakeVendor]) -> None:
+    """Load the catalog pointed at ``fakes`` (``primary``, ``backup``, ``anthro``; verified
+    without a probe) into the database, and disable every other vendor. The ``anthro`` vendor
+    reads its key from ``FAKE_ANTHROPIC_KEY``.
 
     - ``test-large`` (tier 9; chat, vision, tools, json): primary (priority 10), backup (20)
     - ``test-small`` (tier 3; chat): primary — the cheapest
@@ -53,7 +62,6 @@ def fake_catalog(
       repetition_penalty only 1.0
     - ``claude-fake`` (tier 8; chat, vision, tools): anthro (Anthropic Messages)
     """
-    monkeypatch.setenv("FAKE_ANTHROPIC_KEY", "sk-ant-test-secret")
     vendors = [
         catalog_vendor(name, base_url=fakes[name].url, verified_models=fakes[name].models, **more)
         for name, more in (
@@ -100,7 +108,6 @@ def fake_catalog(
 
     Vendor.objects.exclude(name__in=[v["name"] for v in vendors]).update(enabled=False)
     catalog_load({"vendors": vendors, "models": models})
-    return fakes
 
 
 LOCAL_MODELS = (
