@@ -26,12 +26,16 @@ test: install
 	bash scripts/install_test_tools.sh
 	bash scripts/test.sh
 
-## The gateway beside LiteLLM and direct in one run, then idle streams' memory and daphne
-## against uvicorn (about 15 minutes in all; both write their tables into docs/performance.md).
+## The gateway beside direct, LiteLLM and Portkey's gateway in one run; idle streams' memory
+## and uvicorn against daphne and Granian; our HTTP layer against Starlette's; where a call's
+## CPU goes (py-spy, perf, pg_stat_statements on a PostgreSQL of its own). Each writes its
+## tables into docs/performance.md; about 25 minutes in all on a quiet 2-core machine. The
+## peers and Granian install into /tmp once (pip, npm), never into the project.
 bench: install
 	$(PY) bench/compare.py --write-doc
 	$(PY) bench/servers.py --write-doc
 	$(PY) bench/http_layer.py --write-doc
+	$(PY) bench/hot_path.py --write-doc
 
 lint:
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

@@ -15,10 +15,17 @@ What it does (everything on 127.0.0.1; every loop bounded in calls and seconds):
    ``pip install 'litellm[proxy]'``; never in the project's dependencies) and serves it with one
    worker, defaults, no database (``LITELLM_LOCAL_MODEL_COST_MAP=True``, a non-default master
    key, ``DATABASE_URL`` removed from its environment), pinned to CPU 0;
-4. for ``--rounds`` rounds, for each workload, runs each target in turn (the order rotates per
+4. installs Portkey's open-source gateway, a stateless Node relay (no keys, wallets or request
+   log of its own), with npm into a throwaway directory (``/tmp/portkey-gateway``, once:
+   ``npm install @portkey-ai/gateway``; never a project dependency) and serves it with
+   ``node …/build/start-server.js --headless``, pinned to CPU 0; each call names the upstream
+   in its headers (``x-portkey-provider: openai``, ``x-portkey-custom-host``). On Node 20 it
+   relays non-streamed chat but answers streams and embeddings with a 500 (an undici
+   "immutable" headers error in its response handling): those cells read "fails";
+5. for ``--rounds`` rounds, for each workload, runs each target in turn (the order rotates per
    round so machine drift cancels): non-streamed chat at concurrency 1 and 16, 200-chunk
    streams at concurrency 1, embeddings (1,536 floats) at concurrency 1;
-5. reports the median over rounds: calls/s, latency p50/p99 and the latency added over direct,
+6. reports the median over rounds: calls/s, latency p50/p99 and the latency added over direct,
    time to first token, the serving process's CPU per call (user + system of the process and
    its children, all threads, from ``/proc``; for "direct" that is the upstream's own CPU),
    PostgreSQL's CPU per call (the backends connected to the bench database), RSS after load,
@@ -61,6 +68,12 @@ from deploy.local import stop  # noqa: E402  (the repository's deploy/local.py)
 
 PY = ROOT / ".venv/bin/python"
 LITELLM_VENV = Path("/tmp/litellm-venv")
+GRANIAN_PKGS = Path("/tmp/granian-pkgs")
+PY_SPY = Path("/tmp/py-spy/bin/py-spy")  # where bench/hot_path.py installs it
+PORTKEY_DIR = Path("/tmp/portkey-gateway")
+PORTKEY_SERVER = PORTKEY_DIR / "node_modules/@portkey-ai/gateway/build/start-server.js"
+# The peers infrai is compared with, in the order of the ratio columns.
+PEERS = ("LiteLLM", "Portkey")
 DOC = ROOT / "docs/performance.md"
 GATEWAY_CPU = 0
 LOAD_CPU = 1
@@ -285,8 +298,9 @@ def start_infrai(
 ) -> tuple[subprocess.Popen[bytes], Target]:
     """infrai on a fresh database and Redis db, served by ``asgi``: ``uvicorn`` (the
     production entry, ``python -m config.server``), ``starlette`` (the same server and routes on
-    Starlette's HTTP layer, ``bench/starlette_v1.py``: measured, never served) or ``daphne``
-    (Channels' server)."""
+    Starlette's HTTP layer, ``bench/starlette_v1.py``: measured, never served), ``daphne``
+    (Channels' server) or ``granian`` (Granian from :data:`GRANIAN_PKGS`, one worker, uvloop,
+    serving ``config.asgi`` through ``bench/granian_asgi.py``: measured, never served)."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.local",
@@ -331,7 +345,15 @@ def start_infrai(
                       "--port", str(port)],
         "daphne": [str(PY.parent / "daphne"), "-b", "127.0.0.1", "-p", str(port), "-v", "0",
                    "config.asgi:application"],
+        # The production server's choices where Granian has them: uvloop, no access log, the
+        # same header timeout; one worker process (Granian's main process only supervises it).
+        "granian": [str(PY), "-m", "granian", "--interface", "asgi", "--loop", "uvloop",
+                    "--workers", "1", "--host", "127.0.0.1", "--port", str(port),
+                    "--log-level", "warning", "--no-access-log",
+                    "--http1-header-read-timeout", "10000", "bench.granian_asgi:application"],
     }[asgi]  # fmt: skip
+    if asgi == "granian":
+        env["PYTHONPATH"] = os.pathsep.join((str(ensure_granian()), str(ROOT)))
     proc = subprocess.Popen(
         pinned(GATEWAY_CPU, argv),
         cwd=ROOT,
@@ -349,6 +371,20 @@ def start_infrai(
         Postgres(database_url), [{"authorization": f"Bearer {k}"} for k in keys[1:]],
     )  # fmt: skip
     return proc, target
+
+
+def ensure_granian(spec: str = "granian") -> Path:
+    """Granian installed into :data:`GRANIAN_PKGS` (once, without dependencies: its one,
+    click, is in the project's environment already); a bench-only install."""
+    if not (GRANIAN_PKGS / "granian").is_dir():
+        print(f"installing {spec} into {GRANIAN_PKGS} (once) …", file=sys.stderr, flush=True)
+        subprocess.run(
+            [str(PY), "-m", "pip", "install", "-q", "--no-deps", "--target", str(GRANIAN_PKGS),
+             spec],
+            check=True,
+            timeout=900,
+        )  # fmt: skip
+    return GRANIAN_PKGS
 
 
 def ensure_litellm(spec: str) -> Path:
@@ -393,6 +429,80 @@ def start_litellm(tmp: Path, upstream: str, exe: Path) -> tuple[subprocess.Popen
     wait_http(base + "/models", 180, proc, headers)
     target = Target("LiteLLM", base, headers, "bench-model", "bench-embed", lambda: tree(proc.pid))
     return proc, target
+
+
+def ensure_portkey(spec: str) -> Path:
+    """Portkey's gateway from npm in :data:`PORTKEY_DIR` (installed once); its server script."""
+    if not PORTKEY_SERVER.exists():
+        if not shutil.which("npm"):
+            raise SystemExit("Portkey's gateway needs node and npm (or pass --portkey '')")
+        print(f"installing {spec} into {PORTKEY_DIR} (once) …", file=sys.stderr, flush=True)
+        PORTKEY_DIR.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["npm", "install", "--prefix", str(PORTKEY_DIR), "--no-audit", "--no-fund", spec],
+            check=True,
+            timeout=900,
+            stdout=subprocess.DEVNULL,
+        )
+    return PORTKEY_SERVER
+
+
+def start_portkey(tmp: Path, upstream: str, script: Path) -> tuple[subprocess.Popen[bytes], Target]:
+    """Portkey's gateway relaying to ``upstream`` (``…/v1``): a stateless Node process; the
+    provider and its base URL travel in every call's headers, the key goes to the upstream."""
+    port = free_port()
+    proc = subprocess.Popen(
+        pinned(GATEWAY_CPU, ["node", str(script), f"--port={port}", "--headless"]),
+        cwd=tmp,
+        env={k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}},
+        stdout=(tmp / "portkey.out").open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    headers = {
+        "authorization": "Bearer sk-upstream",
+        "x-portkey-provider": "openai",
+        "x-portkey-custom-host": upstream,
+    }
+    base = f"http://127.0.0.1:{port}/v1"
+    # It serves no /v1/models of its own: ready is when a relayed call comes back.
+    wait_http_post(base + "/chat/completions", 60, proc, headers, "bench-up")
+    target = Target("Portkey", base, headers, "bench-up", "bench-embed-up", lambda: tree(proc.pid))
+    return proc, target
+
+
+def wait_http_post(
+    url: str, timeout_s: float, proc: subprocess.Popen[bytes], headers: dict, model: str
+) -> None:
+    """Wait until a one-message chat ``POST`` to ``url`` answers 200."""
+    import urllib.request
+
+    body = json.dumps(
+        {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "ready?"}]}
+    ).encode()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{url}: the server exited with {proc.returncode}")
+        try:
+            req = urllib.request.Request(
+                url, data=body, headers={**headers, "content-type": "application/json"}
+            )
+            with urllib.request.urlopen(req, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except Exception:
+            time.sleep(0.3)
+    raise SystemExit(f"{url} did not relay a call within {timeout_s} s")
+
+
+def portkey_version() -> str:
+    try:
+        package = PORTKEY_SERVER.parent.parent / "package.json"
+        node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout
+        return f"{json.loads(package.read_text())['version']} on Node {node.strip().lstrip('v')}"
+    except (OSError, ValueError, KeyError):
+        return ""
 
 
 # --- load -----------------------------------------------------------------------------------
@@ -563,10 +673,25 @@ def table(results: dict[tuple[str, str], list[Result]], rss: dict[str, float], n
             return ""
         return f"{(b / a if invert else a / b):.1f}×"
 
-    def row(label: str, cell: Callable[[str], tuple[float, str]], invert: bool = False) -> None:
-        """A row of ``cell(target)``: (the figure infrai and LiteLLM are compared on, the text)."""
-        cells = {n: cell(n) for n in names}
-        better = ratio(cells.get("infrai", (0, ""))[0], cells.get("LiteLLM", (0, ""))[0], invert)
+    def failed(n: str, works: tuple[str, ...]) -> bool:
+        """Whether ``n`` answered none of the calls of one of ``works`` in any round."""
+        return any(
+            (rs := results.get((n, w))) and all(r.calls == 0 and r.errors for r in rs)
+            for w in works
+        )
+
+    peers = [p for p in PEERS if p in names]
+
+    def row(
+        label: str,
+        cell: Callable[[str], tuple[float, str]],
+        invert: bool = False,
+        works: tuple[str, ...] = (),
+    ) -> None:
+        """A row of ``cell(target)``: (the figure infrai and its peers are compared on, the
+        text); "fails" for a target that answered none of the calls of one of ``works``."""
+        cells = {n: (float("nan"), "fails") if failed(n, works) else cell(n) for n in names}
+        better = [ratio(cells.get("infrai", (0, ""))[0], cells[peer][0], invert) for peer in peers]
         rows.append((label, [cells[n][1] for n in names], better))
 
     def chat_c1(n: str) -> tuple[float, str]:
@@ -641,14 +766,21 @@ def table(results: dict[tuple[str, str], list[Result]], rss: dict[str, float], n
     def memory(n: str) -> tuple[float, str]:
         return rss.get(n, 0), f"{fmt(rss.get(n, float('nan')), 0)} MB"
 
-    row("non-streamed chat, c=1: calls/s · added p50 · p99", chat_c1)
-    row("non-streamed chat, c=16: calls/s · p50", chat_c16)
+    tenants = f"chat c=16 x{TENANTS}"
+    row("non-streamed chat, c=1: calls/s · added p50 · p99", chat_c1, works=("chat c=1",))
+    row("non-streamed chat, c=16: calls/s · p50", chat_c16, works=("chat c=16",))
     row(
         f"non-streamed chat, c=16 over {TENANTS} organizations (infrai: a wallet each):"
         " calls/s · p50 · server CPU per call",
         chat_tenants,
+        works=(tenants,),
     )
-    row("server CPU per non-streamed call, c=1 · c=16", chat_cpu, invert=True)
+    row(
+        "server CPU per non-streamed call, c=1 · c=16",
+        chat_cpu,
+        invert=True,
+        works=("chat c=1", "chat c=16"),
+    )
     row(
         f"PostgreSQL CPU per non-streamed call, c=1 · c=16 · c=16 over {TENANTS} organizations",
         postgres,
@@ -658,14 +790,20 @@ def table(results: dict[tuple[str, str], list[Result]], rss: dict[str, float], n
         " non-streamed call) · added TTFT p50 · whole stream p50",
         stream,
         invert=True,
+        works=("stream c=1",),
     )
-    row("embeddings (1,536 floats), c=1: CPU per call · added p50", embeddings, invert=True)
+    row(
+        "embeddings (1,536 floats), c=1: CPU per call · added p50",
+        embeddings,
+        invert=True,
+        works=("embeddings c=1",),
+    )
     row("RSS after load", memory, invert=True)
 
-    head = "| workload | " + " | ".join(names) + " | infrai vs LiteLLM |"
-    lines = [head, "|---|" + "---:|" * (len(names) + 1)]
+    head = "| workload | " + " | ".join(names) + "".join(f" | infrai vs {p}" for p in peers) + " |"
+    lines = [head, "|---|" + "---:|" * (len(names) + len(peers))]
     for label, values, better in rows:
-        lines.append(f"| {label} | " + " | ".join(values) + f" | {better} |")
+        lines.append(f"| {label} | " + " | ".join([*values, *better]) + " |")
     problems = []
     for (n, w), rs in sorted(results.items()):
         errors = sum(r.errors for r in rs)
@@ -771,9 +909,13 @@ def main() -> None:
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/infrai_bench")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/8")
     parser.add_argument("--litellm", default="litellm[proxy]", help="pip spec ('' to skip)")
+    parser.add_argument("--portkey", default="@portkey-ai/gateway", help="npm spec ('' to skip)")
     parser.add_argument("--no-infrai", action="store_true")
     parser.add_argument(
-        "--asgi", default="uvicorn", choices=("uvicorn", "starlette"), help="infrai's HTTP layer"
+        "--asgi",
+        default="uvicorn",
+        choices=("uvicorn", "starlette", "granian"),
+        help="infrai's HTTP layer or server (starlette, granian: measured, never served)",
     )
     parser.add_argument(
         "--write-doc", action="store_true", help="put the table in docs/performance.md"
@@ -802,10 +944,14 @@ def main() -> None:
             proc, target = start_infrai(
                 tmp, upstream, args.database_url, args.redis_url, asgi=args.asgi
             )
+            target.name = "infrai"  # whichever server: the column the peers are compared with
             procs.append(proc)
             targets.append(target)
             if args.profile:
-                py_spy = shutil.which("py-spy") or str(LITELLM_VENV / "bin/py-spy")
+                py_spy = shutil.which("py-spy") or next(
+                    (str(x) for x in (PY_SPY, LITELLM_VENV / "bin/py-spy") if x.exists()),
+                    "py-spy",
+                )
                 profiler = subprocess.Popen(
                     pinned(
                         LOAD_CPU,
@@ -828,6 +974,10 @@ def main() -> None:
         if args.litellm:
             exe = ensure_litellm(args.litellm)
             proc, target = start_litellm(tmp, upstream, exe)
+            procs.append(proc)
+            targets.append(target)
+        if args.portkey:
+            proc, target = start_portkey(tmp, upstream, ensure_portkey(args.portkey))
             procs.append(proc)
             targets.append(target)
         started = time.time()
@@ -857,6 +1007,8 @@ def main() -> None:
         f"Run {stamp} UTC on {machine()}; load average {load:.2f} at the end; "
         f"median of {args.rounds} interleaved rounds, scale {args.scale}"
         + (f"; LiteLLM {litellm_version}" if litellm_version else "")
+        + (f"; Portkey's gateway {portkey_version()}" if args.portkey else "")
+        + (f"; infrai served by {args.asgi}" if args.asgi != "uvicorn" else "")
         + ". Server CPU for *direct* is the fake upstream's own."
     )
     text = header + "\n\n" + text

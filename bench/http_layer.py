@@ -4,7 +4,7 @@ interleaved in one run: the decision of issue 32, kept in ``make bench``.
     .venv/bin/python bench/http_layer.py               # prints a markdown table
     .venv/bin/python bench/http_layer.py --write-doc   # … and puts it into docs/performance.md
 
-Each pass is one ``bench/compare.py`` run without LiteLLM (``--asgi uvicorn``: the production
+Each pass is one ``bench/compare.py`` run without the peers (``--asgi uvicorn``: the production
 app; ``--asgi starlette``: the same server, routes and handlers on Starlette's routing and
 request handling, ``bench/starlette_v1.py``), in the order ours, Starlette, Starlette, ours,
 … so that machine drift cancels; the table has the median of each figure over its passes.
@@ -40,6 +40,8 @@ def one_pass(asgi: str, scale: float) -> dict[str, tuple[float, float]]:
             str(PY),
             str(ROOT / "bench/compare.py"),
             "--litellm",
+            "",
+            "--portkey",
             "",
             "--rounds",
             "1",
