@@ -28,7 +28,8 @@ test: install
 
 ## The gateway beside direct, LiteLLM and Portkey's gateway in one run; idle streams' memory
 ## and uvicorn against daphne and Granian; our HTTP layer against Starlette's; where a call's
-## CPU goes (py-spy, perf, pg_stat_statements on a PostgreSQL of its own). Each writes its
+## CPU goes (py-spy, perf, pg_stat_statements on a PostgreSQL of its own); the hot path's
+## Redis client against redis-py, coredis and valkey-glide. Each writes its
 ## tables into docs/performance.md; about 25 minutes in all on a quiet 2-core machine. The
 ## peers and Granian install into /tmp once (pip, npm), never into the project.
 bench: install
@@ -36,6 +37,7 @@ bench: install
 	$(PY) bench/servers.py --write-doc
 	$(PY) bench/http_layer.py --write-doc
 	$(PY) bench/hot_path.py --write-doc
+	$(PY) bench/redis_clients.py --write-doc
 
 lint:
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
