@@ -7,8 +7,12 @@ the rest of a rate-limit check. Here a round trip is: pack the commands into one
 write it, and match the replies in order as hiredis (redis-py's own optional C parser) parses
 them. Every task of the loop shares the one connection, as Redis answers a connection's
 commands in the order it received them; many small calls in flight pipeline naturally.
-Measured (``bench/redis_clients.py``, docs/performance.md "Redis clients"): CPU per round trip
-of the rate-limit check's pipeline (GET + 2 × INCRBY/EXPIRE) — MEASURED_FIGURES
+Measured (``bench/redis_clients.py``, docs/performance.md "Redis clients", 2026-12-07, 2-core
+dev machine): CPU per round trip of the rate-limit check's pipeline (GET + 2 × INCRBY/EXPIRE),
+one server at c=1 · c=32, then a three-master cluster: this client 33 · 15 µs, 46 · 22 µs;
+redis-py 8 with hiredis 112 · 83 µs, 158 · 121 µs; valkey-glide 2 (Rust core) 97 · 45 µs,
+96 · 42 µs; coredis 6 184 · 176 µs, 245 · 237 µs. No library is as cheap, so this one stays,
+and speaks Cluster itself (:class:`ClusterClient`).
 
 Failure semantics: a connection that breaks or stays silent past ``timeout_s`` fails every
 command waiting on it with :class:`ConnectionError` and is replaced on the next call; a failed
