@@ -6,7 +6,8 @@ catches any row outside them (so a write never fails for want of a partition: a 
 not run for months costs nothing but a fuller default partition). :func:`maintain`, run hourly
 by beat, does a bounded amount of work each time:
 
-1. :func:`create_ahead` — the current month and ``INFRAI_REQUEST_LOG_MONTHS_AHEAD`` more; a
+1. :func:`create_ahead` — the current month and ``INFRAI_REQUEST_LOG_MONTHS_AHEAD`` more, and
+   earlier months stranded in the default partition (beat was stopped when they began); a
    month whose rows already went to the default partition has them moved into its new
    partition in the same transaction.
 2. :func:`drop_expired` — partitions whose whole month is older than the longest retention of
@@ -85,20 +86,38 @@ def partitions() -> dict[dt.date, str]:
     return out
 
 
-def create_ahead(*, today: dt.date, months_ahead: int) -> list[str]:
+def create_ahead(*, today: dt.date, months_ahead: int, stranded: int = 2) -> list[str]:
     """Create the partitions of ``today``'s month and the ``months_ahead`` after it that are
-    missing; returns their names. Rows of such a month already in the default partition are
-    moved into the new partition in the same transaction (the table is built aside, filled,
-    then attached: attaching checks the default partition holds none of its range)."""
+    missing, and of up to ``stranded`` earlier months whose rows sit in the default partition
+    (beat was not running when they began); returns their names. Rows of such a month already
+    in the default partition are moved into the new partition in the same transaction (the
+    table is built aside, filled, then attached: attaching checks the default partition holds
+    none of its range), so a month is dropped whole once past retention, never deleted row by
+    row."""
     have = partitions()
-    created = []
+    wanted = _stranded_months(limit=stranded)
     month = month_start(today)
     for _ in range(months_ahead + 1):
+        wanted.append(month)
+        month = next_month(month)
+    created = []
+    for month in dict.fromkeys(wanted):
         if month not in have:
             _create(month)
             created.append(partition_name(month))
-        month = next_month(month)
     return created
+
+
+def _stranded_months(*, limit: int) -> list[dt.date]:
+    """The oldest ``limit`` months with rows in the default partition (normally none: it is
+    empty while beat keeps partitions ahead)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT DISTINCT date_trunc('month', created_at AT TIME ZONE 'UTC')::date "
+            f"FROM {connection.ops.quote_name(DEFAULT)} ORDER BY 1 LIMIT %s",
+            [limit],
+        )
+        return [row[0] for row in cur.fetchall()]
 
 
 def _create(month: dt.date) -> None:

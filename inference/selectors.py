@@ -349,8 +349,19 @@ def request_log_get(*, organization_id: int, request_id: str) -> RequestLog | No
 def log_filter_choices(
     *, organization_id: int, start: datetime, end: datetime
 ) -> dict[str, list[str]]:
-    """The distinct models and vendors seen in the range, for the filter drop-downs."""
-    qs = _logs(organization_id=organization_id, start=start, end=end)
+    """The distinct models and vendors seen in the range, for the filter drop-downs.
+
+    From the daily rollups when the range is whole UTC days (:func:`rollup_days`): a few rows
+    a day where the log would be scanned call by call (seconds for a month of a busy
+    organization). They may then name a model whose calls of the range retention has since
+    deleted (the rollups outlive the rows); filtering by it shows no call."""
+    qs: QuerySet[Any]
+    if (days := rollup_days(start, end)) is not None:
+        qs = UsageDaily.objects.filter(
+            organization_id=organization_id, day__gte=days[0], day__lt=days[1], requests__gt=0
+        )
+    else:
+        qs = _logs(organization_id=organization_id, start=start, end=end)
     models = qs.exclude(model="").values_list("model", flat=True).distinct().order_by("model")
     vendors = qs.exclude(vendor="").values_list("vendor", flat=True).distinct().order_by("vendor")
     return {"models": list(models[:200]), "vendors": list(vendors[:200])}

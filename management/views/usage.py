@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from django.db.models import Q
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -163,7 +164,11 @@ class Costs(ManagementView):
 class RequestList(ManagementView):
     def get(self, request: Request) -> Response:
         """The request log, newest first; filters ``status``, ``model``, ``project_id``,
-        ``start_time``/``end_time``; cursor ``after`` (a request id) and ``limit``."""
+        ``start_time``/``end_time``; cursor ``after`` (a request id) and ``limit``.
+
+        Ordered by ``(created_at, id)``, the log's partition key first: PostgreSQL reads the
+        monthly partitions newest first through their ``(organization_id, created_at)`` index
+        and stops at the page's end, where an order by id alone would merge every partition."""
         limit = int_param(request, "limit", default=DEFAULT_LIMIT, lo=1, hi=MAX_LIMIT)
         assert limit is not None
         org_id = self.ctx.organization.pk
@@ -183,15 +188,16 @@ class RequestList(ManagementView):
         if end := _time(request, "end_time"):
             qs = qs.filter(created_at__lt=end)
         if after := params.get("after"):
-            pk = (
+            cursor = (
                 RequestLog.objects.filter(organization_id=org_id, request_id=after)
-                .values_list("pk", flat=True)
+                .values_list("created_at", "pk")
                 .first()
             )
-            if pk is None:
+            if cursor is None:
                 raise InvalidRequest("Invalid 'after': no such request.", param="after")
-            qs = qs.filter(pk__lt=pk)
-        rows = list(qs.order_by("-pk")[: limit + 1])
+            at, pk = cursor
+            qs = qs.filter(Q(created_at__lt=at) | Q(created_at=at, pk__lt=pk))
+        rows = list(qs.order_by("-created_at", "-pk")[: limit + 1])
         return list_response(
             [render.request_row(r) for r in rows[:limit]], has_more=len(rows) > limit
         )

@@ -209,6 +209,9 @@ def test_usage_pages_and_the_management_api_read_rollups_and_agree_with_the_log(
             ),
             usage_groups(organization_id=org.pk, start=lo, end=hi, width="1d",
                          group_by=["model", "project_id"]),
+            # The request-log page's filter drop-downs: a month of a busy organization's calls
+            # scanned for two DISTINCTs before (bench/usage_scale.py).
+            selectors.log_filter_choices(organization_id=org.pk, start=lo, end=hi),
         )  # fmt: skip
 
     with CaptureQueriesContext(connection) as rollup_queries:
@@ -223,6 +226,7 @@ def test_usage_pages_and_the_management_api_read_rollups_and_agree_with_the_log(
     totals = from_rollups[0]
     assert (totals.requests, totals.reasoning_tokens, totals.cache_write_tokens) == (6, 45, 15)
     assert totals.cached_input_tokens == sum(10 + n for n in range(6))
+    assert from_rollups[-1] == {"models": ["m-a", "m-b"], "vendors": ["openai"]}
 
 
 def test_a_partial_first_day_comes_from_the_log_and_whole_days_from_rollups():
@@ -243,6 +247,13 @@ def test_a_partial_first_day_comes_from_the_log_and_whole_days_from_rollups():
     tables = [q["sql"] for q in queries.captured_queries]
     assert any("inference_requestlog" in q for q in tables)
     assert any("inference_usage_daily" in q for q in tables)
+    # The filter drop-downs of a range that is not whole days: from the log alone.
+    with CaptureQueriesContext(connection) as queries:
+        choices = selectors.log_filter_choices(
+            organization_id=org.pk, start=start, end=day + dt.timedelta(days=2)
+        )
+    assert choices == {"models": ["gpt-4o-mini"], "vendors": ["openai"]}
+    assert all("inference_usage_daily" not in q["sql"] for q in queries.captured_queries)
 
 
 def _partition_of(request_id: str) -> str:
@@ -279,6 +290,18 @@ def test_partitions_are_made_ahead_rows_leave_the_default_partition_and_old_mont
     later = partitions.maintain(now=dt.datetime(2025, 7, 1, tzinfo=dt.UTC))
     assert later.dropped == ["inference_requestlog_p202504"]
     assert month in partitions.partitions()
+
+    # Beat stopped for months: the rows of the months it missed left the default partition
+    # for partitions of their own at its next run, so they are dropped whole later.
+    settings.INFRAI_REQUEST_LOG_RETENTION_DAYS = 4000  # nothing dropped in this part
+    missed = [
+        request_log_row(organization_id=1, created_at=dt.datetime(2025, m, 9, tzinfo=dt.UTC))
+        for m in (10, 11)
+    ]
+    assert {_partition_of(r.request_id) for r in missed} == {partitions.DEFAULT}
+    back = partitions.maintain(now=dt.datetime(2026, 1, 2, tzinfo=dt.UTC))
+    assert back.created[:2] == ["inference_requestlog_p202510", "inference_requestlog_p202511"]
+    assert [_partition_of(r.request_id) for r in missed] == back.created[:2]
 
 
 def test_retention_deletes_calls_and_clears_prompts_per_organization_in_bounded_batches(

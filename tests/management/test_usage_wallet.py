@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from django.db.models import Sum
+from django.utils import timezone
 
 from accounts.services import project_create
 from billing.models import EntryKind, LedgerEntry
@@ -112,12 +113,15 @@ def test_usage_carries_cache_reads_cache_writes_and_reasoning_tokens(tenant):
 
 
 def test_request_log_filters_and_cursor_pagination_over_several_pages(tenant):
+    now = timezone.now()
     for n in range(25):
         request_log_row(
             organization_id=tenant.org.pk,
             model="m-a" if n % 5 else "m-b",
             status="ok" if n % 3 else "client_error",
             http_status=200 if n % 3 else 400,
+            # Times out of id order, some equal, some in an earlier month's partition.
+            created_at=now - timedelta(days=40 * (n % 2), minutes=n % 4),
         )
     seen: list[str] = []
     after = None
@@ -130,7 +134,7 @@ def test_request_log_filters_and_cursor_pagination_over_several_pages(tenant):
         after = page["last_id"]
     expected = list(
         RequestLog.objects.filter(organization_id=tenant.org.pk)
-        .order_by("-pk")
+        .order_by("-created_at", "-pk")
         .values_list("request_id", flat=True)
     )
     assert seen == expected
