@@ -376,8 +376,9 @@ OTP_TOTP_ISSUER = "infrai"
 INFRAI_STARTER_CREDIT_USD = env.str("INFRAI_STARTER_CREDIT_USD", default="0.50")
 # Called with (organization=, owner=) inside organization_create's transaction: opens the wallet.
 INFRAI_ORGANIZATION_OPENED_HOOK = "billing.services.starter.organization_opened"
-# Functions returning {"paths", "components"} that GET /v1/openapi.json adds to the inference
-# endpoints' document (inference/endpoints/openapi.py); a setting so inference imports no app above.
+# What GET /v1/openapi.json adds to the inference endpoints' document ({"paths", "components"}):
+# a function's dotted path, or an app's YAML file as "package:file" (inference/endpoints/
+# openapi.py); a setting so inference imports no app above.
 INFRAI_OPENAPI_PARTS = ["management.schema.openapi_part"]
 # Static files served by the app itself (WhiteNoise, right after SecurityMiddleware), compressed
 # from STATIC_ROOT (`manage.py collectstatic`) and, failing that, from the apps' static folders.
@@ -403,7 +404,7 @@ INFRAI_VECTOR_PG_URL = env("INFRAI_VECTOR_PG_URL", default="")
 # pgvector's HNSW search breadth (hnsw.ef_search; at least 2 × top_k): recall vs speed,
 # measured in docs/performance.md.
 INFRAI_VECTOR_HNSW_EF_SEARCH = env.int("INFRAI_VECTOR_HNSW_EF_SEARCH", default=100)
-INFRAI_OPENAPI_PARTS += ["vectors.schema.openapi_part"]  # its /v1 operations
+INFRAI_OPENAPI_PARTS += ["vectors:openapi.yaml"]  # its /v1 operations
 
 # --- the Batch API (docs/api.md "Batches") ---
 INSTALLED_APPS += ["batches"]
@@ -411,7 +412,7 @@ INSTALLED_APPS += ["batches"]
 INFRAI_BATCH_MAX_LINES = env.int("INFRAI_BATCH_MAX_LINES", default=50_000)
 # Lines of one batch a worker runs at once.
 INFRAI_BATCH_CONCURRENCY = env.int("INFRAI_BATCH_CONCURRENCY", default=4)
-INFRAI_OPENAPI_PARTS += ["batches.schema.openapi_part"]  # its /v1 operations
+INFRAI_OPENAPI_PARTS += ["batches:openapi.yaml"]  # its /v1 operations
 
 # --- operations (docs/deploy.md) ---
 # Metrics, traces and call logs (infra/observability). /metrics answers only this Bearer token

@@ -2,9 +2,11 @@
 
 The inference part is kept as data in ``inference/openapi.yaml`` (request schemas as the
 validators accept them, the OpenAI error shape as every error response): :func:`document`.
-The served document adds the parts named in ``settings.INFRAI_OPENAPI_PARTS`` (the management
-API's, generated from its DRF views, under ``/organization/…``): :func:`served_document`,
-built and rendered once per process. ``tests/test_fuzz_v1.py`` fuzzes the live app from it.
+The served document adds the parts named in ``settings.INFRAI_OPENAPI_PARTS`` — a function's
+dotted path (the management API's, generated from its DRF views, under ``/organization/…``) or
+an app's own YAML file as ``package:file`` (the vector store's, the Batch API's):
+:func:`served_document`, built and rendered once per process. ``tests/test_fuzz_v1.py``
+fuzzes the live app from it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import copy
 import functools
 import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +31,23 @@ DOCUMENT_PATH = Path(__file__).resolve().parent.parent / "openapi.yaml"
 @functools.cache
 def document() -> dict[str, Any]:
     """The OpenAPI document as a dict (parsed once)."""
-    data = yaml.safe_load(DOCUMENT_PATH.read_text(encoding="utf-8"))
-    assert isinstance(data, dict), f"{DOCUMENT_PATH} is not a mapping"
+    return _yaml(DOCUMENT_PATH.read_text(encoding="utf-8"), str(DOCUMENT_PATH))
+
+
+def _yaml(text: str, name: str) -> dict[str, Any]:
+    data = yaml.safe_load(text)
+    assert isinstance(data, dict), f"{name} is not a mapping"
     return data
+
+
+def part(entry: str) -> dict[str, Any]:
+    """One entry of ``settings.INFRAI_OPENAPI_PARTS``: ``package:file.yaml`` (a file shipped
+    in the package) parsed, else a dotted function's result."""
+    package, sep, name = entry.partition(":")
+    if sep:
+        return _yaml(resources.files(package).joinpath(name).read_text(encoding="utf-8"), entry)
+    result: dict[str, Any] = import_string(entry)()
+    return result
 
 
 def merged(base: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
@@ -52,8 +69,8 @@ def merged(base: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
 def served_document() -> dict[str, Any]:
     """:func:`document` with every part of ``settings.INFRAI_OPENAPI_PARTS`` merged in."""
     out = document()
-    for dotted in settings.INFRAI_OPENAPI_PARTS:
-        out = merged(out, import_string(dotted)())
+    for entry in settings.INFRAI_OPENAPI_PARTS:
+        out = merged(out, part(entry))
     return out
 
 
