@@ -337,7 +337,7 @@ def test_the_docs_example_runs_verbatim(keeping_key, api_base, monkeypatch, caps
     exec(compile(example, "docs/api.md", "exec"), {})
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("Echo: And another one?")
-    assert printed[1] == "['message']"
+    assert printed[1] == "['message', 'message', 'message']"  # the chain it continued, its input
     assert printed[2] == "completed Echo: Write a limerick."
     assert StoredResponse.objects.count() == 2  # the first one deleted
     assert_books_clean()
