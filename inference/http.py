@@ -47,7 +47,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 from django.conf import settings
 
@@ -350,8 +350,21 @@ def resolve(method: str, path: str, found: Found) -> tuple[Route, Handler, dict[
 
 def _encode_headers(content_type: bytes, headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
     out = [(b"content-type", content_type), (b"x-content-type-options", b"nosniff")]
-    out.extend((k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in headers.items())
+    out.extend((k.lower().encode("ascii"), header_value(str(v))) for k, v in headers.items())
     return out
+
+
+# What a header value may hold as it is: visible ASCII and the space.
+_HEADER_SAFE = re.compile(r"[\x20-\x7e]*")
+
+
+def header_value(value: str) -> bytes:
+    """``value`` as header bytes, whatever it holds: visible ASCII as it is, anything else
+    (a line break, a control character, a character beyond ASCII that a caller's data put in a
+    value) percent-encoded as UTF-8 — never a response split, never a 500 while answering."""
+    if _HEADER_SAFE.fullmatch(value):
+        return value.encode("ascii")
+    return quote(value, safe="".join(map(chr, range(0x20, 0x7F)))).encode("ascii")
 
 
 def _declared_length(headers: dict[str, str]) -> int:

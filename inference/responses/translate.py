@@ -97,6 +97,10 @@ _PARAM_NAMES = {
     "verbosity": "text.verbosity",
 }
 _INPUT_ROLES = {"user", "system", "developer", "assistant"}
+# The fields of the ``reasoning`` object (OpenAI's ``Reasoning``: ``effort``, ``summary`` and
+# the deprecated ``generate_summary``): ``effort`` becomes chat's ``reasoning_effort``, the others
+# are reported as ignored; any other is refused, as OpenAI refuses it.
+REASONING_FIELDS = ("effort", "summary", "generate_summary")
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,6 +339,13 @@ def _reported_only(data: JSON) -> JSON:
     if reasoning is not None:
         if not isinstance(reasoning, dict):
             raise invalid_type("reasoning", "an object")
+        unknown = sorted(set(reasoning) - set(REASONING_FIELDS))
+        if unknown:
+            raise InvalidRequest(
+                f"Unknown parameter: 'reasoning.{unknown[0]}'.",
+                code="unknown_parameter",
+                param=f"reasoning.{unknown[0]}",
+            )
         if reasoning.get("effort") is not None:
             out["reasoning_effort"] = reasoning["effort"]
     text = data.get("text")

@@ -317,3 +317,40 @@ def test_the_multipart_parser_raises_nothing_but_a_400_on_any_prefix_or_boundary
             except InvalidRequest:
                 outcomes["refused"] += 1
     assert outcomes["parsed"] > 0 and outcomes["refused"] > 0, outcomes
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["55\U00094879G3", "a\r\nset-cookie: owned=1", "é", "\x00"],
+    ids=["astral", "crlf", "latin-1", "nul"],
+)
+def test_a_hostile_field_name_in_reasoning_is_a_400_naming_it(
+    issue_key, api_base, fake_catalog, name
+):
+    """A name the caller chose never reaches a response header (it once did, through the
+    ignored-parameters header: a 500, no request id); OpenAI refuses an unknown field of
+    ``reasoning``, and so does infrai, naming it."""
+    body = {"model": "test-large", "input": "hi", "reasoning": {name: True, "summary": "auto"}}
+    resp = httpx.post(
+        api_base + "/responses",
+        json=body,
+        headers={"authorization": f"Bearer {issue_key()}"},
+        timeout=30,
+    )
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert (error["code"], error["param"]) == ("unknown_parameter", f"reasoning.{name}")
+    assert resp.headers["x-infrai-request-id"]
+    assert "set-cookie" not in resp.headers
+    assert not fake_catalog["primary"].requests and not Hold.objects.exists()
+
+
+def test_header_values_are_always_well_formed():
+    """Whatever a value holds, the header stays one line of visible ASCII."""
+    from inference.http import header_value
+
+    assert header_value("reasoning.summary,top_k") == b"reasoning.summary,top_k"
+    for hostile in ("a\r\nset-cookie: x=1", "55\U00094879", "é", "\x00\x7f"):
+        encoded = header_value(hostile)
+        assert all(0x20 <= b < 0x7F for b in encoded), encoded
+        assert b"\r" not in encoded and b"\n" not in encoded
