@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 
 from celery import shared_task
 from django.core.cache import cache
 
-from billing.audit import audit_findings
+from billing.audit import HISTORY_CHECKS, audit_findings
 from billing.services import holds, notify, recharge
 
 log = logging.getLogger(__name__)
@@ -53,20 +54,67 @@ def auto_recharge_sweep() -> int:
     return len(due)
 
 
-# Where the last audit's result is kept for ``/metrics`` (config/scrape.py).
+# Where the last audit's result is kept for ``/metrics`` (config/scrape.py: ``at`` and
+# ``checks``), with what the next routine audit needs (see :func:`_audit`).
 AUDIT_RESULT_KEY = "infrai:billing_audit"
 
 
 @shared_task(name="billing.audit", ignore_result=True)
 def audit() -> int:
-    """Run the money audit (``billing.audit``); log each finding at ERROR; keep the count per
-    check and the time for ``/metrics`` (``infrai_billing_audit_findings``); return how many."""
-    report = audit_findings()
-    checks: dict[str, int] = {}
+    """The routine money audit (beat, every 5 minutes): what was written since the previous
+    audit began (``audit_findings(since=…)``, the docstring of :mod:`billing.audit`), or the
+    whole books when no previous audit is on record (the first run, a cache that lost it).
+    Logs each finding at ERROR, keeps the counts per check for ``/metrics``
+    (``infrai_billing_audit_findings``); returns how many findings."""
+    return _audit(full=False)
+
+
+@shared_task(name="billing.audit_full", ignore_result=True)
+def audit_full() -> int:
+    """The full money audit (beat, daily; what ``manage.py billing_audit`` runs): the whole
+    books, as :func:`audit` reports them."""
+    return _audit(full=True)
+
+
+def _audit(*, full: bool) -> int:
+    """Run one audit and keep its result under :data:`AUDIT_RESULT_KEY`:
+
+    - ``at``: when it ended (Unix time; ``infrai_billing_audit_timestamp_seconds``);
+    - ``started``: when its snapshot began, the newest such of the audits that completed: the
+      next routine audit reads what was written since (a failed run records nothing, so the
+      next one reads its window too);
+    - ``carried``: per check of history (:data:`billing.audit.HISTORY_CHECKS`), the most
+      findings any audit found since the last full one, which sets them: a window loses
+      sight of a finding once it is older than the window, the metric does not;
+    - ``checks``: the metric, per check: this audit's findings, and for checks of history at
+      least ``carried`` — a finding stays in the metric until a full audit no longer finds
+      it (the daily run, or ``celery -A config call billing.audit_full`` after a fix).
+    """
+    previous = cache.get(AUDIT_RESULT_KEY) or {}
+    since = None
+    if not full and previous.get("started") is not None:
+        since = dt.datetime.fromtimestamp(previous["started"], dt.UTC)
+    started = time.time()  # before the snapshot: a row it misses was written after this
+    report = audit_findings(since=since)
+    found: dict[str, int] = {}
     for finding in report.findings:
         log.error("billing audit: %s", finding)
-        checks[finding.check] = checks.get(finding.check, 0) + 1
-    cache.set(AUDIT_RESULT_KEY, {"at": time.time(), "checks": checks}, timeout=None)
+        found[finding.check] = found.get(finding.check, 0) + 1
+    carried = {} if since is None else dict(previous.get("carried", {}))
+    for check in HISTORY_CHECKS:
+        if n := max(carried.get(check, 0), found.get(check, 0)):
+            carried[check] = n
+    cache.set(
+        AUDIT_RESULT_KEY,
+        {
+            "at": time.time(),
+            "started": max(started, previous.get("started") or 0.0),
+            "since": None if since is None else previous["started"],
+            "carried": carried,
+            "checks": {**found, **carried},  # carried >= found, check by check
+        },
+        timeout=None,
+    )
     return len(report.findings)
 
 
@@ -74,4 +122,5 @@ BEAT_SCHEDULE = {
     "billing.holds_expire": {"task": "billing.holds_expire", "schedule": 60.0},
     "billing.auto_recharge_sweep": {"task": "billing.auto_recharge_sweep", "schedule": 300.0},
     "billing.audit": {"task": "billing.audit", "schedule": 300.0},
+    "billing.audit_full": {"task": "billing.audit_full", "schedule": 86400.0},
 }

@@ -93,7 +93,9 @@ def _audit_families() -> Iterator[Metric]:
         return
     family = GaugeMetricFamily(
         "infrai_billing_audit_findings",
-        "Findings of the last billing audit (the billing.audit beat task), per check.",
+        "Findings of the last billing audit per check (the billing.audit beat task, windowed, "
+        "every 5 minutes; a finding of history stays until the daily full audit no longer "
+        "finds it).",
         labels=["check"],
     )
     for check in CHECKS:
