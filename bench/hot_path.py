@@ -28,7 +28,9 @@ of ``bench/compare.py``):
    settlement's own Python as settlement); samples in a system call are left out (py-spy's
    pauses land on them far more often than their CPU time);
 4. **PostgreSQL**: ``--pairs`` pairs of batches at concurrency 16 with the rollup trigger
-   (``inference_usage_daily_insert``, migration inference 0010) enabled and disabled in turn
+   (``inference_usage_daily_insert``, migration inference 0010, which since 0012 appends to
+   the rollups' queue rather than updating them: ``inference.rollups``) enabled and disabled
+   in turn
    (on, off, off, on, …), the backends' CPU per call from ``/proc``; then one batch at
    concurrency 1 with the trigger on and one with it off under ``pg_stat_statements``
    (at c=1 no call waits for another's row lock, so a statement's time is its own work).

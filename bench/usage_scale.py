@@ -13,7 +13,7 @@ machine's PostgreSQL; created, dropped at the end unless ``--keep``):
 2. **Migration.** ``migrate inference 0010`` converts that table as it would in production:
    monthly partitions, the rows copied, the indexes rebuilt, the rollup trigger, the rollups
    summed from the log (the trigger never runs during the load: the migration's own backfill
-   computes the rollups, as ``inference.partitions.usage_rebuild`` would). Timed. Then
+   computes the rollups, as ``inference.rollups.rebuild`` would). Timed. Then
    ``VACUUM (ANALYZE)`` (autovacuum is off on this machine's PostgreSQL), the sizes of the log
    and the rollups, and a check that the rollups equal the log per organization and day.
 3. **Reads**, for the big organization, each with ``INFRAI_USAGE_FROM_ROLLUPS`` off (before:
@@ -26,7 +26,7 @@ machine's PostgreSQL; created, dropped at the end unless ``--keep``):
 4. **The trigger's cost**: rows/s and PostgreSQL backend CPU a row (from ``/proc``) of the
    settlement's own log statement (``inference.settlement._LOG_INSERT``, one row a statement,
    blocks rolled back) with the rollup trigger and without it (``session_replication_role =
-   replica``), alternating; ``usage_rebuild`` of one and seven days.
+   replica``), alternating; ``rollups.rebuild`` of one and seven days.
 5. **Upkeep** (``inference.partitions``): ``maintain()`` runs until the retention backlog
    (prompts past 30 days, the short-retention organization's calls past 60) is worked off, a
    run just after, ``VACUUM (ANALYZE)``, runs after it, a partition created ahead, the oldest month
@@ -600,7 +600,7 @@ def sizes(url: str, figures: dict[str, Any]) -> None:
         ).fetchall()
         rollup_days = conn.execute(
             "SELECT organization_id, day, sum(requests), sum(input_tokens + output_tokens), "
-            "sum(cost_nanos) FROM inference_usage_daily GROUP BY 1, 2 HAVING sum(requests) > 0"
+            "sum(cost_nanos) FROM inference_usage_daily_live GROUP BY 1, 2 HAVING sum(requests) > 0"
         ).fetchall()
     figures["rollups_equal"] = sorted(log_days) == sorted(rollup_days)
     log(
@@ -623,7 +623,7 @@ def trigger_cost(fx: Fixtures, statements: int, rounds: int, figures: dict[str, 
 
     from django.db import connection, transaction
 
-    from inference import partitions, request_ids, settlement
+    from inference import partitions, request_ids, rollups, settlement
     from inference.models import RequestLog, RequestStatus, created_at_of
 
     rng = random.Random(7)
@@ -694,13 +694,11 @@ def trigger_cost(fx: Fixtures, statements: int, rounds: int, figures: dict[str, 
     yesterday = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)
     for days in (1, 7):
         started = time.perf_counter()
-        written = partitions.usage_rebuild(
-            start=yesterday - dt.timedelta(days=days - 1), end=yesterday
-        )
+        written = rollups.rebuild(start=yesterday - dt.timedelta(days=days - 1), end=yesterday)
         figures[f"rebuild_{days}_s"] = time.perf_counter() - started
         figures[f"rebuild_{days}_rows"] = written
         log(
-            f"usage_rebuild of {days} day(s): {written} rollup rows in "
+            f"rollups.rebuild of {days} day(s): {written} rollup rows in "
             f"{figures[f'rebuild_{days}_s']:.2f} s"
         )
 
@@ -854,7 +852,7 @@ def report(rows: int, figures: dict[str, Any], measured: list[Read], took_s: flo
             f"| settlement's log INSERT (one row a statement, one client), with / without the "
             f"rollup trigger | {w:,.0f} / {wo:,.0f} rows/s; PostgreSQL backend CPU {cw:,.0f} / "
             f"{cwo:,.0f} µs a row (+{cw - cwo:,.0f} µs) |",
-            f"| `usage_rebuild`, 1 day / 7 days | {_ms(figures['rebuild_1_s'])} / "
+            f"| `rollups.rebuild`, 1 day / 7 days | {_ms(figures['rebuild_1_s'])} / "
             f"{_ms(figures['rebuild_7_s'])} |",
         ]
     if "maintain_runs" in figures:

@@ -67,8 +67,9 @@ class RequestLog(models.Model):
     stored twice). ``created_at`` is thus when the call arrived (before: when its row was
     built, at the end of the call).
 
-    Every insert and every update of a usage column is added to :class:`UsageDaily` by a
-    trigger in the same statement (migration 0010), whoever writes the row.
+    Every insert and every update of a usage column is queued for the daily rollups
+    (:class:`UsagePending`, :mod:`inference.rollups`) by a trigger in the same statement
+    (migrations 0010 and 0012), whoever writes the row.
     """
 
     request_id = models.CharField(max_length=40)  # unique: Meta.constraints
@@ -144,22 +145,9 @@ def created_at_of(request_id: str) -> datetime:
     return request_ids.created_at(request_id) or timezone.now()
 
 
-class UsageDaily(models.Model):
-    """The request log summed per UTC day, organization, project, key, model, vendor and
-    endpoint: what the usage pages, the management usage API and the usage exports read
-    (``GROUP BY`` over a few rows a day instead of every call).
-
-    Written only by the trigger ``inference_usage_daily_apply`` on :class:`RequestLog`
-    (migration 0010), in the statement that writes the log row: an inserted row adds itself,
-    an update of a usage column (the late settlement replacing an ``abandoned`` row) adds the
-    difference. So the sums equal ``GROUP BY`` over the log exactly, whoever writes the log
-    (the settlement, the sweeper, storage metering, the admin, tests). Deleting log rows
-    (retention, dropped partitions) leaves the sums: usage outlives the calls' details.
-
-    ``shard`` (0–7, from the request id's hash) spreads one busy key's calls over eight rows,
-    so concurrent settlements of one key and model rarely wait on one row's lock; readers sum
-    over it.
-    """
+class UsageFigures(models.Model):
+    """The figures of one usage group: a UTC day, organization, project, key, model, vendor and
+    endpoint, with what its calls added up to."""
 
     day = models.DateField()
     organization_id = models.BigIntegerField()
@@ -168,7 +156,6 @@ class UsageDaily(models.Model):
     model = models.CharField(max_length=120)
     vendor = models.CharField(max_length=64)
     endpoint = models.CharField(max_length=40)
-    shard = models.SmallIntegerField()
     requests = models.BigIntegerField(default=0)
     errors = models.BigIntegerField(default=0)  # calls whose status is not ok
     cache_hits = models.BigIntegerField(default=0)
@@ -180,9 +167,43 @@ class UsageDaily(models.Model):
     cost_nanos = models.BigIntegerField(default=0)
 
     class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.organization_id} {self.day} {self.model}"
+
+
+class UsagePending(UsageFigures):
+    """What log rows added to their groups that the drain has not yet moved into
+    :class:`UsageDaily`: one row per inserted log row (an update of a usage column appends the
+    old figures negated and the new ones).
+
+    Written only by the trigger ``inference_usage_daily_apply`` on :class:`RequestLog`
+    (migrations 0010 and 0012), in the statement that writes the log row, so nothing another
+    call writes is touched and no settlement waits on another; emptied by
+    :func:`inference.rollups.drain` (beat, every ``INFRAI_USAGE_DRAIN_S``).
+    """
+
+    class Meta:
+        db_table = "inference_usage_pending"
+
+
+class UsageDaily(UsageFigures):
+    """The request log summed per group (:class:`UsageFigures`), one row a group: what
+    :func:`inference.rollups.drain` moved out of :class:`UsagePending`.
+
+    The trigger on :class:`RequestLog` queues every insert and every update of a usage column
+    (the late settlement replacing an ``abandoned`` row queues the difference) and the drain
+    adds the queue to these rows, so with the queue they equal ``GROUP BY`` over the log
+    exactly, whoever writes the log (the settlement, the sweeper, storage metering, the admin,
+    tests). Deleting log rows (retention, dropped partitions) leaves the sums: usage outlives the
+    calls' details. Readers read :class:`UsageDailyLive`.
+    """
+
+    class Meta:
         db_table = "inference_usage_daily"
         constraints = [
-            # The trigger's ON CONFLICT target; NULL project/key ids are one group each.
+            # The drain's ON CONFLICT target; NULL project/key ids are one group each.
             models.UniqueConstraint(
                 fields=[
                     "organization_id",
@@ -192,15 +213,23 @@ class UsageDaily(models.Model):
                     "model",
                     "vendor",
                     "endpoint",
-                    "shard",
                 ],
                 name="uniq_usage_daily_group",
                 nulls_distinct=False,
             ),
         ]
 
-    def __str__(self) -> str:
-        return f"{self.organization_id} {self.day} {self.model}"
+
+class UsageDailyLive(UsageFigures):
+    """What the usage pages, the management usage API and the usage exports read: the view
+    ``inference_usage_daily_live``, :class:`UsageDaily`'s rows and :class:`UsagePending`'s
+    (ids negated), which readers sum per group — exact to the last settled call, however far
+    behind the drain is. A few rows a day a group plus the queue (a few seconds of calls),
+    where the log would be every call."""
+
+    class Meta:
+        db_table = "inference_usage_daily_live"
+        managed = False
 
 
 class ResponseStatus(models.TextChoices):

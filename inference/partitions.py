@@ -17,8 +17,8 @@ by beat, does a bounded amount of work each time:
    ``INFRAI_REQUEST_LOG_RETENTION_BATCH`` rows a statement and
    ``INFRAI_REQUEST_LOG_RETENTION_BATCHES`` statements a run.
 
-The daily usage rollups (:class:`inference.models.UsageDaily`) are not touched by any of
-this: usage outlives the calls' rows.
+The daily usage rollups (:mod:`inference.rollups`) are not touched by any of this: usage
+outlives the calls' rows.
 """
 
 from __future__ import annotations
@@ -255,32 +255,3 @@ def maintain(*, now: dt.datetime | None = None) -> Upkeep:
     dropped = drop_expired(now=now)
     deleted, cleared = prune_rows(now=now)
     return Upkeep(created, dropped, deleted, cleared)
-
-
-# The rollups of a range of days, recomputed from the log (the same figures the trigger adds).
-_REBUILD = f"""
-INSERT INTO inference_usage_daily (
-    day, organization_id, project_id, api_key_id, model, vendor, endpoint, shard,
-    requests, errors, cache_hits, input_tokens, cached_input_tokens, cache_write_tokens,
-    output_tokens, reasoning_tokens, cost_nanos)
-SELECT (created_at AT TIME ZONE 'UTC')::date, organization_id, project_id, api_key_id, model,
-       vendor, endpoint, hashtext(request_id) & 7,
-       count(*), count(*) FILTER (WHERE status <> 'ok'), count(*) FILTER (WHERE cache_hit),
-       sum(input_tokens), sum(cached_input_tokens), sum(cache_write_tokens),
-       sum(output_tokens), sum(reasoning_tokens), sum(cost_nanos)
-FROM {PARENT} WHERE created_at >= %s AND created_at < %s
-GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
-"""
-
-
-def usage_rebuild(*, start: dt.date, end: dt.date) -> int:
-    """Replace the rollups of the UTC days ``start``…``end`` (inclusive) by sums over the log;
-    returns the rollup rows written. For repair and bulk loads (rows copied in with the trigger
-    disabled): only days whose log rows are all still there (no retention deletes) and that
-    no call writes to meanwhile give the right figures; one transaction."""
-    lo = dt.datetime.combine(start, dt.time.min, tzinfo=dt.UTC)
-    hi = dt.datetime.combine(end + dt.timedelta(days=1), dt.time.min, tzinfo=dt.UTC)
-    with transaction.atomic(), connection.cursor() as cur:
-        cur.execute("DELETE FROM inference_usage_daily WHERE day >= %s AND day <= %s", [start, end])
-        cur.execute(_REBUILD, [lo, hi])
-        return int(cur.rowcount)

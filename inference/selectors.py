@@ -4,7 +4,7 @@ and anything else showing an organization its calls read them here, never the ta
 Every function is scoped by ``organization_id`` and a half-open ``[start, end)`` range of
 datetimes, so each query is served by the request log's ``(organization_id, …, -created_at)``
 indexes; aggregation is done by the database (``GROUP BY``), never in Python over rows.
-Usage of whole UTC days is summed over the daily rollups (:class:`inference.models.UsageDaily`,
+Usage of whole UTC days is summed over the daily rollups (:class:`inference.models.UsageDailyLive`,
 equal to the log by construction), a few rows a day instead of every call; other ranges over
 the log (:func:`rollup_days`).
 """
@@ -22,7 +22,7 @@ from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
 from accounts.models import ApiKey, Project
-from inference.models import RequestLog, RequestStatus, UsageDaily
+from inference.models import RequestLog, RequestStatus, UsageDailyLive
 
 Dimension = Literal["model", "vendor", "project", "key"]
 _DIMENSION_FIELD: dict[Dimension, str] = {
@@ -114,7 +114,7 @@ _NAMES = tuple(_LOG_SUMS)
 
 
 def rollup_days(start: datetime, end: datetime) -> tuple[date, date] | None:
-    """The UTC days ``[first, after)`` whose daily rollups (:class:`UsageDaily`) sum exactly
+    """The UTC days ``[first, after)`` whose daily rollups (:class:`UsageDailyLive`) sum exactly
     the calls of ``[start, end)``, or None when they cannot (``start`` not at a UTC midnight,
     ``end`` neither at one nor in the future, or ``INFRAI_USAGE_FROM_ROLLUPS`` off). An ``end``
     after now counts as the end of its day: no call is logged after its arrival."""
@@ -151,7 +151,7 @@ def _usage(*, organization_id: int, start: datetime, end: datetime) -> _Usage:
             TruncDate("created_at", tzinfo=UTC),
             _LOG_SUMS,
         )
-    rows = UsageDaily.objects.filter(
+    rows = UsageDailyLive.objects.filter(
         organization_id=organization_id, day__gte=days[0], day__lt=days[1]
     )
     return _Usage(rows, F("day"), _ROLLUP_SUMS)
@@ -357,7 +357,7 @@ def log_filter_choices(
     deleted (the rollups outlive the rows); filtering by it shows no call."""
     qs: QuerySet[Any]
     if (days := rollup_days(start, end)) is not None:
-        qs = UsageDaily.objects.filter(
+        qs = UsageDailyLive.objects.filter(
             organization_id=organization_id, day__gte=days[0], day__lt=days[1], requests__gt=0
         )
     else:

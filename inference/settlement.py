@@ -444,8 +444,8 @@ _LOG_FIELDS = tuple(f for f in RequestLog._meta.concrete_fields if not f.primary
 # settlement was still in this process's journal: the real row replaces it. The key includes
 # the partition key; every writer derives ``created_at`` from the request id
 # (:func:`inference.models.created_at_of`), so both rows of a call have the same. The rollup
-# trigger adds the row (or, replacing the abandoned row, the difference) to UsageDaily in this
-# statement.
+# trigger queues the row (or, replacing the abandoned row, the difference) for the daily usage
+# rollups in this statement (inference.rollups).
 _LOG_INSERT = """INSERT INTO {table} ({columns}) VALUES ({values})
 ON CONFLICT (request_id, created_at) DO UPDATE SET ({columns}) = ROW({excluded})
 WHERE {table}.status = '{abandoned}'""".format(

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from accounts.models import Organization
 from billing.models import Hold, HoldStatus, Process
-from inference import partitions, request_ids
+from inference import partitions, request_ids, rollups
 from inference.models import RequestLog, RequestStatus, ResponseStatus, StoredResponse
 
 # A hold whose process was seen alive after it expired may still be settled from that
@@ -140,7 +140,20 @@ def maintain_request_log_task() -> dict[str, object]:
     }
 
 
+@shared_task(name="inference.drain_usage", ignore_result=True)
+def drain_usage_task() -> int:
+    """:func:`inference.rollups.drain`: the usage queue into the daily rollups (beat, every
+    ``INFRAI_USAGE_DRAIN_S`` seconds)."""
+    return rollups.drain()
+
+
 BEAT_SCHEDULE = {
+    "inference.drain_usage": {
+        "task": "inference.drain_usage",
+        "schedule": float(settings.INFRAI_USAGE_DRAIN_S),
+        # A drain that waited this long behind other tasks is the next one's work.
+        "options": {"expires": float(settings.INFRAI_USAGE_DRAIN_S)},
+    },
     "inference.maintain_request_log": {
         "task": "inference.maintain_request_log",
         "schedule": 3600.0,

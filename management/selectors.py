@@ -16,7 +16,7 @@ from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncDay, TruncHour
 from django.utils import timezone
 
-from inference.models import RequestLog, UsageDaily
+from inference.models import RequestLog, UsageDailyLive
 from management.models import AdminKey
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def usage_groups(
     organization's calls in ``[start, end)``; only non-empty combinations are returned, in
     bucket order.
 
-    Day buckets come from the daily rollups (:class:`inference.models.UsageDaily`) for the
+    Day buckets come from the daily rollups (:class:`inference.models.UsageDailyLive`) for the
     whole UTC days of the range; a partial first or last day (``start_time`` not at midnight,
     an ``end_time`` in the past not at midnight) and hour buckets are summed over the request
     log itself (``INFRAI_USAGE_FROM_ROLLUPS`` off: everything is)."""
@@ -152,7 +152,7 @@ def _from_rollups(
     group_by: list[str],
 ) -> list[UsageGroup]:
     rows: Any = (
-        UsageDaily.objects.filter(
+        UsageDailyLive.objects.filter(
             organization_id=organization_id, day__gte=start.date(), day__lt=end.date()
         )
         .values("day", *fields)

@@ -278,13 +278,17 @@ INFRAI_RESPONSES_RETENTION_DAYS = env.int("INFRAI_RESPONSES_RETENTION_DAYS", def
 # INFRAI_PROMPT_RETENTION_DAYS (Organization.prompt_retention_days); older rows of kept
 # partitions are deleted / cleared at most INFRAI_REQUEST_LOG_RETENTION_BATCH rows a statement,
 # INFRAI_REQUEST_LOG_RETENTION_BATCHES statements a run. Usage pages read the daily rollups
-# (inference_usage_daily) unless INFRAI_USAGE_FROM_ROLLUPS is False (then the log, as before).
+# (inference_usage_daily_live) unless INFRAI_USAGE_FROM_ROLLUPS is False (then the log, as before);
+# beat moves the rollups' queue into them every INFRAI_USAGE_DRAIN_S seconds, at most
+# INFRAI_USAGE_DRAIN_BATCH queued rows a statement (inference.rollups).
 INFRAI_REQUEST_LOG_RETENTION_DAYS = env.int("INFRAI_REQUEST_LOG_RETENTION_DAYS", default=400)
 INFRAI_PROMPT_RETENTION_DAYS = env.int("INFRAI_PROMPT_RETENTION_DAYS", default=30)
 INFRAI_REQUEST_LOG_MONTHS_AHEAD = env.int("INFRAI_REQUEST_LOG_MONTHS_AHEAD", default=2)
 INFRAI_REQUEST_LOG_RETENTION_BATCH = env.int("INFRAI_REQUEST_LOG_RETENTION_BATCH", default=5000)
 INFRAI_REQUEST_LOG_RETENTION_BATCHES = env.int("INFRAI_REQUEST_LOG_RETENTION_BATCHES", default=20)
 INFRAI_USAGE_FROM_ROLLUPS = env.bool("INFRAI_USAGE_FROM_ROLLUPS", default=True)
+INFRAI_USAGE_DRAIN_S = env.float("INFRAI_USAGE_DRAIN_S", default=5.0)
+INFRAI_USAGE_DRAIN_BATCH = env.int("INFRAI_USAGE_DRAIN_BATCH", default=20000)
 # On SIGTERM (python -m config.server): how long calls in flight may finish before they are
 # ended with an error event and billed for what they delivered.
 INFRAI_DRAIN_S = env.float("INFRAI_DRAIN_S", default=20.0)

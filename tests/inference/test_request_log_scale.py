@@ -6,20 +6,21 @@ the usage pages and the management usage API read."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 from collections import Counter
 from typing import Any
 
 import openai
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from accounts.models import Organization
 from billing.audit import audit_findings
-from inference import partitions, request_ids, selectors, settlement
-from inference.models import RequestLog, RequestStatus, UsageDaily, created_at_of
+from inference import partitions, request_ids, rollups, selectors, settlement
+from inference.models import RequestLog, RequestStatus, UsageDaily, UsagePending, created_at_of
 from management.selectors import usage_groups
 from tests.dashboard.factories import request_log_row
 
@@ -56,12 +57,15 @@ def _log_groups() -> dict[tuple[Any, ...], tuple[int, ...]]:
     )
 
 
-def _rollup_groups() -> dict[tuple[Any, ...], tuple[int, ...]]:
-    """The rollups summed over their shards; groups a replaced row emptied left out."""
+def _rollup_groups(
+    table: str = "inference_usage_daily_live",
+) -> dict[tuple[Any, ...], tuple[int, ...]]:
+    """What readers see (the rollups and their queue) summed per group, or ``table``'s rows
+    alone; groups a replaced row emptied left out."""
     groups = _query(
         "SELECT day, organization_id, project_id, api_key_id, model, vendor, endpoint, "
         + ", ".join(f"sum({s})" for s in _SUMS)
-        + " FROM inference_usage_daily GROUP BY 1, 2, 3, 4, 5, 6, 7"
+        + f" FROM {table} GROUP BY 1, 2, 3, 4, 5, 6, 7"
     )
     return {k: v for k, v in groups.items() if any(v)}
 
@@ -161,8 +165,16 @@ def test_rollups_equal_the_log_after_a_mix_of_calls(issue_key, client_for, fake_
 
     assert RequestLog.objects.count() == 8
     assert RequestLog.objects.get(request_id=rid).status == RequestStatus.OK
-    log, rollups = _log_groups(), _rollup_groups()
-    assert rollups == log
+    log = _log_groups()
+    assert _rollup_groups() == log
+    # The calls only queued their figures; the drain moves them, each counted once.
+    assert not UsageDaily.objects.exists()
+    queued = UsagePending.objects.count()
+    assert queued >= 8
+    assert rollups.drain(batch=3) == queued
+    assert not UsagePending.objects.exists()
+    assert _rollup_groups("inference_usage_daily") == log == _rollup_groups()
+    assert rollups.drain() == 0
     totals = Counter()
     for figures in log.values():
         totals.update(dict(zip(_SUMS, figures, strict=True)))
@@ -273,12 +285,13 @@ def test_partitions_are_made_ahead_rows_leave_the_default_partition_and_old_mont
     assert month in partitions.partitions()  # the migration made this month and two ahead
     row = request_log_row(organization_id=1, created_at=dt.datetime(2025, 3, 9, tzinfo=dt.UTC))
     assert _partition_of(row.request_id) == partitions.DEFAULT
-    rollup_before = list(UsageDaily.objects.values_list("day", "requests"))
+    rollup_before = _rollup_groups()
+    assert rollup_before
 
     created = partitions.create_ahead(today=dt.date(2025, 3, 20), months_ahead=1)
     assert created == ["inference_requestlog_p202503", "inference_requestlog_p202504"]
     assert _partition_of(row.request_id) == "inference_requestlog_p202503"
-    assert list(UsageDaily.objects.values_list("day", "requests")) == rollup_before
+    assert _rollup_groups() == rollup_before
     assert partitions.create_ahead(today=dt.date(2025, 3, 20), months_ahead=1) == []
 
     settings.INFRAI_REQUEST_LOG_RETENTION_DAYS = 30
@@ -286,7 +299,7 @@ def test_partitions_are_made_ahead_rows_leave_the_default_partition_and_old_mont
     at = dt.datetime(2025, 6, 10, tzinfo=dt.UTC)  # 45 days before: Apr 26
     assert partitions.drop_expired(now=at) == ["inference_requestlog_p202503"]
     assert not RequestLog.objects.filter(pk=row.pk).exists()
-    assert list(UsageDaily.objects.values_list("day", "requests")) == rollup_before  # kept
+    assert _rollup_groups() == rollup_before  # kept
     later = partitions.maintain(now=dt.datetime(2025, 7, 1, tzinfo=dt.UTC))
     assert later.dropped == ["inference_requestlog_p202504"]
     assert month in partitions.partitions()
@@ -325,7 +338,8 @@ def test_retention_deletes_calls_and_clears_prompts_per_organization_in_bounded_
     fresh_short = row(short, 1, "kept")
     plain_recent, plain_old = row(plain, 20, "recent"), row(plain, 40, "old")
     terse_row = row(terse, 2, "gone")
-    requests_before = sum(UsageDaily.objects.values_list("requests", flat=True))
+    usage_before = _rollup_groups()
+    assert sum(v[0] for v in usage_before.values()) == 9
 
     # Two statements of two rows this run: four of the five old calls go, nothing else yet.
     assert partitions.prune_rows(now=now) == (4, 0)
@@ -339,4 +353,89 @@ def test_retention_deletes_calls_and_clears_prompts_per_organization_in_bounded_
         plain_old.pk: "",
         terse_row.pk: "",
     }
-    assert sum(UsageDaily.objects.values_list("requests", flat=True)) == requests_before
+    assert _rollup_groups() == usage_before
+
+
+def test_drains_racing_settlements_move_every_queued_row_once():
+    """Writers of log rows and two drains at once (``SKIP LOCKED`` hands each drain other
+    rows): when all is done the queue is empty and the rollups alone equal the log; while it
+    runs a reader sees the log's sums at every committed moment (never a row twice or none)."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def guarded(work: Any) -> Any:
+        def run() -> None:
+            try:
+                work()
+            except BaseException as exc:  # reported by the assertion below
+                errors.append(exc)
+            finally:
+                connections.close_all()
+
+        return run
+
+    def write(org: int) -> None:
+        for n in range(40):
+            request_log_row(organization_id=org, model=f"m-{n % 3}", cost_nanos=7 + n)
+
+    def keep_draining() -> None:
+        while not stop.is_set():
+            rollups.drain(batch=5, rounds=3)
+
+    seen: list[tuple[Any, Any]] = []
+
+    def keep_reading() -> None:
+        while not stop.is_set():
+            with transaction.atomic(), connection.cursor() as cur:  # one snapshot for both reads
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                cur.execute("SELECT count(*), sum(cost_nanos) FROM inference_requestlog")
+                log_figures = cur.fetchone()
+                cur.execute("SELECT sum(requests), sum(cost_nanos) FROM inference_usage_daily_live")
+                seen.append((log_figures, cur.fetchone()))
+
+    drains = [threading.Thread(target=guarded(keep_draining)) for _ in range(2)]
+    drains.append(threading.Thread(target=guarded(keep_reading)))
+    writers = [threading.Thread(target=guarded(lambda o=o: write(o))) for o in (1, 2, 3)]
+    for t in drains + writers:
+        t.start()
+    for t in writers:
+        t.join()
+    stop.set()
+    for t in drains:
+        t.join()
+    assert not errors
+    assert len(seen) > 3
+    assert all(log_figures == usage for log_figures, usage in seen if log_figures[0])
+    rollups.drain()
+    assert not UsagePending.objects.exists()
+    log = _log_groups()
+    assert sum(v[0] for v in log.values()) == 120
+    assert _rollup_groups("inference_usage_daily") == log
+    assert UsageDaily.objects.count() == len(log)  # one row a group
+
+
+def test_rebuild_replaces_days_from_the_log_with_the_queue_drained():
+    day = timezone.now().astimezone(dt.UTC).date()
+    for _ in range(3):
+        request_log_row(organization_id=1)
+    with connection.cursor() as cur:  # a bulk load: rows copied with the trigger off
+        cur.execute("SET session_replication_role = replica")
+        try:
+            request_log_row(organization_id=1, cost_nanos=5)
+        finally:
+            cur.execute("SET session_replication_role = DEFAULT")
+    assert sum(v[0] for v in _rollup_groups().values()) == 3
+    assert rollups.rebuild(start=day, end=day) == 1
+    assert not UsagePending.objects.exists()
+    assert _rollup_groups() == _log_groups() == _rollup_groups("inference_usage_daily")
+
+
+def test_beat_drains_the_usage_queue_every_few_seconds(settings):
+    from inference.tasks import BEAT_SCHEDULE, drain_usage_task
+
+    entry = BEAT_SCHEDULE["inference.drain_usage"]
+    assert entry["task"] == drain_usage_task.name
+    assert entry["schedule"] == float(settings.INFRAI_USAGE_DRAIN_S) <= 10
+    request_log_row(organization_id=1)
+    assert drain_usage_task() == 1
+    assert UsageDaily.objects.get().requests == 1
