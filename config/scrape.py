@@ -40,6 +40,7 @@ class ScrapeCollector(Collector):
             ("audit", _audit_families),
             ("gpu_backend", _gpu_backend_families),
             ("replica", _replica_families),
+            ("usage_queue", _usage_queue_families),
         ):
             try:
                 yield from list(collect())
@@ -105,6 +106,17 @@ def _audit_families() -> Iterator[Metric]:
         "infrai_billing_audit_timestamp_seconds",
         "When the last billing audit ran (Unix time).",
         value=float(result["at"]),
+    )
+
+
+def _usage_queue_families() -> Iterator[Metric]:
+    from inference import rollups
+
+    yield GaugeMetricFamily(
+        "infrai_usage_queue_rows",
+        "Settled calls' usage not yet moved into the daily rollups (beat drains it every few "
+        "seconds; counted up to 1,000,000).",
+        value=rollups.queued(),
     )
 
 

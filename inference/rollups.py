@@ -48,6 +48,17 @@ def drain(*, batch: int | None = None, rounds: int = 50) -> int:
     return moved
 
 
+def queued(*, limit: int = 1_000_000) -> int:
+    """How many rows wait in the queue, counted up to ``limit`` (a stalled drain must not make
+    the count itself a long scan): ``/metrics``' ``infrai_usage_queue_rows``."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM inference_usage_pending LIMIT %s) q", [limit]
+        )
+        (n,) = cur.fetchone() or (0,)
+    return int(n)
+
+
 # The rollups of a range of days, recomputed from the log (the same figures the trigger queues).
 _REBUILD = f"""
 INSERT INTO inference_usage_daily (

@@ -28,7 +28,8 @@ from accounts.keys import hash_key
 from accounts.models import ApiKey
 from accounts.services import api_key_cache_forget
 from catalog.models import Vendor
-from inference.models import RequestLog
+from inference import rollups
+from inference.models import RequestLog, UsagePending
 from infra.observability import tracing
 from infra.observability.logs import JsonFormatter
 from tests.live import wait_for
@@ -134,6 +135,12 @@ def test_metrics_moved_by_exactly_the_calls_made(
     assert ttft == len(streamed) >= 1
     # Read at scrape time: no hold is open now, and every vendor's circuit is reported.
     assert after[("infrai_open_holds", frozenset())] == 0
+    # No beat here: the calls' usage waits in the rollups' queue, one row a log row.
+    queued = UsagePending.objects.count()
+    assert queued >= len(rows)
+    assert after[("infrai_usage_queue_rows", frozenset())] == queued
+    rollups.drain()
+    assert scrape(live_url)[("infrai_usage_queue_rows", frozenset())] == 0
     assert (
         after[("infrai_circuit_state", frozenset({("vendor", "primary"), ("state", "closed")}))]
         == 1
