@@ -59,7 +59,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.usage_scale import (  # noqa: E402
     Backends,
+    _ms,
     _plan_summary,
+    constraints_and_indexes,
     create_database,
     drop_database,
     log,
@@ -67,6 +69,7 @@ from bench.usage_scale import (  # noqa: E402
 )
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/infrai_bench_audit"
+SCRIPT = "bench/audit_scale.py"
 BEFORE_REF = "79d0f46"  # the last commit whose beat task audited the whole books
 INTERVAL_MIN = 5  # billing.audit's beat period
 SECTION = "## The money audit at scale (`bench/audit_scale.py`)"
@@ -234,22 +237,6 @@ FROM billing_hold GROUP BY project_id, month
 TABLES = ("billing_ledgerentry", "billing_hold", "inference_requestlog")
 
 
-def _indexes(conn: psycopg.Connection, table: str) -> tuple[list[tuple[str, str]], list[str]]:
-    """``table``'s primary/unique constraints ``(name, definition)`` and its other indexes'
-    ``CREATE INDEX`` statements."""
-    constraints = conn.execute(
-        "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
-        "WHERE conrelid = %s::regclass AND contype IN ('p', 'u')",
-        [table],
-    ).fetchall()
-    indexes = conn.execute(
-        "SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = %s::regclass "
-        "AND indexrelid NOT IN (SELECT conindid FROM pg_constraint WHERE conrelid = %s::regclass)",
-        [table, table],
-    ).fetchall()
-    return [(r[0], r[1]) for r in constraints], [r[0] for r in indexes]
-
-
 def load(url: str, args: argparse.Namespace, figures: dict[str, Any]) -> None:
     """The calls of ``args`` into the ledger, the holds and the request log (see the module's
     docstring); timed."""
@@ -280,7 +267,7 @@ def load(url: str, args: argparse.Namespace, figures: dict[str, Any]) -> None:
         conn.execute("SELECT setseed(0.42)")
         dropped = {}
         for table in TABLES:
-            constraints, indexes = _indexes(conn, table)
+            constraints, indexes = constraints_and_indexes(conn, table)
             dropped[table] = (constraints, indexes)
             for name, _ in constraints:
                 conn.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
@@ -554,11 +541,6 @@ def anchors(since: dt.datetime, runs: int, figures: dict[str, Any]) -> None:
 # --- the report --------------------------------------------------------------------------------
 
 
-def _ms(seconds: float) -> str:
-    ms = seconds * 1000
-    return f"{ms:,.0f} ms" if ms >= 10 else f"{ms:.1f} ms"
-
-
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:,.0f}×" if b > 0 else "—"
 
@@ -643,19 +625,14 @@ def report(figures: dict[str, Any], took_s: float) -> str:
 
 
 def write_doc(text: str) -> None:
+    from bench.compare import at_the_end
     from bench.compare import write_doc as put
 
-    def place(doc: str, block: str) -> str:
-        return (
-            doc.rstrip("\n")
-            + f"\n\n{SECTION}\n\n"
-            + "What the windowed money audit buys (`billing/audit.py`'s docstring, "
-            '`docs/billing.md` "The audit"). Reproduce with '
-            "`.venv/bin/python bench/audit_scale.py --write-doc`, which replaces the block "
-            "below.\n\n" + block + "\n"
-        )
-
-    put(text, "bench/audit_scale.py", place)
+    what = (
+        "What the windowed money audit buys (`billing/audit.py`'s docstring, "
+        '`docs/billing.md` "The audit")'
+    )
+    put(text, SCRIPT, at_the_end(SECTION, what, SCRIPT))
 
 
 def main() -> None:

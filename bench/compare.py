@@ -887,6 +887,22 @@ def machine() -> str:
     )
 
 
+def at_the_end(title: str, what: str, script: str) -> Callable[[str, str], str]:
+    """A ``place`` for :func:`write_doc`: a new section ``title`` at the end of the document,
+    saying ``what`` the script measures and how to run it again, then the block."""
+
+    def place(doc: str, block: str) -> str:
+        return (
+            doc.rstrip("\n")
+            + f"\n\n{title}\n\n{what}. Reproduce with `.venv/bin/python {script} --write-doc`, "
+            + "which replaces the block below.\n\n"
+            + block
+            + "\n"
+        )
+
+    return place
+
+
 def write_doc(text: str, script: str, place: Callable[[str, str], str]) -> None:
     """Put ``text`` between ``script``'s two marker comments in docs/performance.md, in place of
     what they held; a document without them yet gets them where ``place(doc, block)`` puts

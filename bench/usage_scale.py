@@ -280,17 +280,20 @@ CROSS JOIN LATERAL (
 """
 
 
-def _constraints_and_indexes(conn: psycopg.Connection) -> tuple[list[tuple[str, str]], list[str]]:
-    """The log's primary/unique constraints ``(name, definition)`` and its other indexes'
-    ``CREATE INDEX`` statements."""
+def constraints_and_indexes(
+    conn: psycopg.Connection, table: str = "inference_requestlog"
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """``table``'s primary/unique constraints ``(name, definition)`` and its other indexes'
+    ``CREATE INDEX`` statements (what a bulk load drops and builds again)."""
     constraints = conn.execute(
         "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
-        "WHERE conrelid = 'inference_requestlog'::regclass AND contype IN ('p', 'u')"
+        "WHERE conrelid = %s::regclass AND contype IN ('p', 'u')",
+        [table],
     ).fetchall()
     indexes = conn.execute(
-        "SELECT pg_get_indexdef(indexrelid) FROM pg_index "
-        "WHERE indrelid = 'inference_requestlog'::regclass AND indexrelid NOT IN "
-        "(SELECT conindid FROM pg_constraint WHERE conrelid = 'inference_requestlog'::regclass)"
+        "SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = %s::regclass "
+        "AND indexrelid NOT IN (SELECT conindid FROM pg_constraint WHERE conrelid = %s::regclass)",
+        [table, table],
     ).fetchall()
     return [(r[0], r[1]) for r in constraints], [r[0] for r in indexes]
 
@@ -303,7 +306,7 @@ def load(url: str, fx: Fixtures, rows: int, figures: dict[str, Any]) -> None:
         conn.execute("SET synchronous_commit = off")
         conn.execute("SET maintenance_work_mem = '512MB'")
         conn.execute("SELECT setseed(0.33)")
-        constraints, indexes = _constraints_and_indexes(conn)
+        constraints, indexes = constraints_and_indexes(conn)
         for name, _ in constraints:
             conn.execute(f'ALTER TABLE inference_requestlog DROP CONSTRAINT "{name}"')
         for sql in indexes:
@@ -890,19 +893,14 @@ def report(rows: int, figures: dict[str, Any], measured: list[Read], took_s: flo
 
 
 def write_doc(text: str) -> None:
+    from bench.compare import at_the_end
     from bench.compare import write_doc as put
 
-    def place(doc: str, block: str) -> str:
-        return (
-            doc.rstrip("\n")
-            + f"\n\n{SECTION}\n\n"
-            + "What the request log's daily rollups and monthly partitions buy "
-            '(`docs/deploy.md`, "The request log at scale"). Reproduce with '
-            "`.venv/bin/python bench/usage_scale.py --write-doc`, which replaces the block "
-            "below.\n\n" + block + "\n"
-        )
-
-    put(text, "bench/usage_scale.py", place)
+    what = (
+        "What the request log's daily rollups and monthly partitions buy "
+        '(`docs/deploy.md`, "The request log at scale")'
+    )
+    put(text, "bench/usage_scale.py", at_the_end(SECTION, what, "bench/usage_scale.py"))
 
 
 def main() -> None:
