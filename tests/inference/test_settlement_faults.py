@@ -21,12 +21,14 @@ import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.db.models import Count, Sum
 
 from billing import journal
 from billing.audit import audit_findings
 from billing.models import EntryKind, Hold, HoldStatus, LedgerEntry
 from billing.services import holds_expire
-from inference.models import RequestLog, RequestStatus
+from inference import rollups
+from inference.models import RequestLog, RequestStatus, UsageDaily, UsageDailyLive
 from inference.tasks import log_abandoned_calls
 from tests import netcut
 from tests.live import server_process, shared_database_url, wait_for
@@ -231,6 +233,12 @@ def test_backend_terminations_under_load_leave_no_call_free(
     for rid in refused:
         assert _charged(rid) is None
     assert audit_findings().findings == []
+    # What the usage pages read agrees with the log, before and after the drain.
+    log = RequestLog.objects.aggregate(n=Count("id"), cost=Sum("cost_nanos"))
+    assert log["n"] >= len(served)
+    assert UsageDailyLive.objects.aggregate(n=Sum("requests"), cost=Sum("cost_nanos")) == log
+    rollups.drain()
+    assert UsageDaily.objects.aggregate(n=Sum("requests"), cost=Sum("cost_nanos")) == log
     print(
         f"\n{killed[0]} backends terminated under {len(results)} calls: {len(served)} answered "
         f"and charged exactly, {len(refused)} refused with a retryable 503, none free"
